@@ -1,0 +1,150 @@
+"""A journal of every request the emulator answers, with the statistics tests ask for.
+
+Tests read it to check client behaviour without instrumenting the client: how many requests were in flight at
+most, what each attempt got, how long a client waited between retries. It is readable in process and over HTTP
+(``GET /_emulator/journal``), so Ray workers and other processes are observable too.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class JournalEntry:
+    """One request: when it came, what it was, which fault (if any) it got, and how it ended."""
+
+    seq: int
+    route: str
+    method: str
+    path: str
+    key: str
+    attempt: int
+    started: float  # the emulator clock (monotonic seconds)
+    wall_started: float  # time.time(), for humans
+    in_flight: int  # requests in flight on this route when this one arrived, itself included
+    fault: str | None = None  # kind of injected fault, e.g. "status", "reset", "hang"; None when none
+    injected_latency: float = 0.0
+    status: int | None = None  # HTTP status sent; None when the connection was dropped
+    outcome: str = "pending"  # "ok", "invalid", "fault", "reset", "error", "cancelled"
+    finished: float | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def duration(self) -> float | None:
+        return None if self.finished is None else self.finished - self.started
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["duration"] = self.duration
+        return data
+
+
+class Journal:
+    """Thread-safe append-only log of requests plus live in-flight counters."""
+
+    def __init__(self, clock: Any = None) -> None:
+        self._lock = threading.Lock()
+        self._entries: list[JournalEntry] = []
+        self._in_flight: Counter[str] = Counter()
+        self._max_in_flight: Counter[str] = Counter()
+        self._now = clock.monotonic if clock is not None else time.monotonic
+
+    def begin(self, route: str, method: str, path: str, key: str = "", attempt: int = 1) -> JournalEntry:
+        with self._lock:
+            self._in_flight[route] += 1
+            current = self._in_flight[route]
+            if current > self._max_in_flight[route]:
+                self._max_in_flight[route] = current
+            entry = JournalEntry(
+                seq=len(self._entries) + 1,
+                route=route,
+                method=method,
+                path=path,
+                key=key,
+                attempt=attempt,
+                started=self._now(),
+                wall_started=time.time(),
+                in_flight=current,
+            )
+            self._entries.append(entry)
+            return entry
+
+    def end(self, entry: JournalEntry, status: int | None, outcome: str, **detail: Any) -> None:
+        with self._lock:
+            if entry.finished is not None:
+                return
+            entry.finished = self._now()
+            entry.status = status
+            entry.outcome = outcome
+            entry.detail.update(detail)
+            self._in_flight[entry.route] -= 1
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._max_in_flight = Counter(self._in_flight)
+
+    def entries(self, route: str | None = None) -> list[JournalEntry]:
+        with self._lock:
+            return [e for e in self._entries if route is None or _route_matches(e.route, route)]
+
+    def max_in_flight(self, route: str | None = None) -> int:
+        """Highest number of simultaneous requests seen (on ``route``, a prefix or exact name, or overall)."""
+        with self._lock:
+            if route is not None:
+                return max((v for k, v in self._max_in_flight.items() if _route_matches(k, route)), default=0)
+        return _max_overlap(self.entries())
+
+    def in_flight(self, route: str | None = None) -> int:
+        with self._lock:
+            return sum(v for k, v in self._in_flight.items() if route is None or _route_matches(k, route))
+
+    def counts(self, by: str = "outcome", route: str | None = None) -> dict[str, int]:
+        """Count entries by a field: ``outcome``, ``status``, ``fault`` or ``route``."""
+        counter: Counter[str] = Counter(str(getattr(e, by)) for e in self.entries(route))
+        return dict(counter)
+
+    def stats(self) -> dict[str, Any]:
+        entries = self.entries()
+        routes = sorted({e.route for e in entries})
+        return {
+            "requests": len(entries),
+            "in_flight": self.in_flight(),
+            "max_in_flight": self.max_in_flight(),
+            "by_route": {
+                r: {
+                    "requests": sum(1 for e in entries if e.route == r),
+                    "max_in_flight": self.max_in_flight(r),
+                    "by_outcome": self.counts("outcome", r),
+                    "by_status": self.counts("status", r),
+                    "by_fault": self.counts("fault", r),
+                }
+                for r in routes
+            },
+        }
+
+    def to_list(self) -> list[dict[str, Any]]:
+        return [e.to_dict() for e in self.entries()]
+
+
+def _route_matches(name: str, wanted: str) -> bool:
+    return name == wanted or name.startswith(wanted + ".")
+
+
+def _max_overlap(entries: Iterable[JournalEntry]) -> int:
+    events: list[tuple[float, int]] = []
+    for e in entries:
+        events.append((e.started, 1))
+        events.append((e.finished if e.finished is not None else float("inf"), -1))
+    events.sort(key=lambda ev: (ev[0], ev[1]))
+    best = current = 0
+    for _, delta in events:
+        current += delta
+        best = max(best, current)
+    return best

@@ -1,0 +1,228 @@
+"""Language runners: which commands the real server runs for each language, and how it derives the status.
+
+Each runner writes the code to a temp file in a fresh work dir (cwd), restores ``files``, optionally compiles, runs,
+then collects ``fetch_files``. Commands go through ``/bin/bash -c`` exactly as the real server's
+``create_subprocess_shell`` does, so a missing toolchain answers as it does there (bash's "command not found",
+return code 127). ``sql`` has no runner on the real server: the KeyError becomes a SandboxError.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from dataclasses import dataclass
+
+from emulator.executor import ExecutionRequest, ExecutionResult, Executor, Workdir
+from emulator.sandbox_fusion.models import (
+    CommandRunResult,
+    CommandRunStatus,
+    RunCodeRequest,
+    RunCodeResponse,
+    RunStatus,
+)
+
+BASH = "/bin/bash"
+
+#: Directories searched for toolchains, in order, besides the host PATH (rustup installs under ~/.cargo/bin).
+_EXTRA_TOOL_DIRS = ("/usr/local/bin", "/usr/bin", "/bin", os.path.expanduser("~/.cargo/bin"))
+
+
+@dataclass(frozen=True)
+class LanguageSpec:
+    """How the real server runs one language: file suffix, optional compile command, run command.
+
+    ``{file}`` is replaced by the absolute path of the code file, ``{name}`` by its stem.
+    """
+
+    suffix: str
+    run: str
+    compile: str | None = None
+    file_name: str | None = None  # a fixed file name (Java's Main.java) instead of a temp name
+
+
+LANGUAGE_SPECS: dict[str, LanguageSpec] = {
+    "python": LanguageSpec(".py", "python {file}"),
+    "pytest": LanguageSpec(".py", "pytest {file}"),
+    "python_gpu": LanguageSpec(".py", "python {file}"),
+    "cpp": LanguageSpec(".cpp", "./test", compile="g++ -std=c++17 {file} -o test{cpp_flags}"),
+    "cuda": LanguageSpec(".cu", "./test", compile="nvcc {file} -o test"),
+    "go": LanguageSpec(".go", "./out", compile="go build -o out {file}"),
+    "go_test": LanguageSpec("_test.go", "go test {file}"),
+    "java": LanguageSpec(".java", "java -cp .:javatuples-1.2.jar -ea Main",
+                         compile="javac -cp .:javatuples-1.2.jar Main.java", file_name="Main.java"),
+    "junit": LanguageSpec(".java", "java -cp .:javatuples-1.2.jar -ea Main",
+                          compile="javac -cp .:javatuples-1.2.jar *.java", file_name="Main.java"),
+    "nodejs": LanguageSpec(".js", "node {file}"),
+    "typescript": LanguageSpec(".ts", "tsx {file}"),
+    "jest": LanguageSpec(".test.ts", "npm run test"),
+    "php": LanguageSpec(".php", "php -f {file}"),
+    "csharp": LanguageSpec(".cs", "dotnet run --project {dir}", file_name="Program.cs"),
+    "rust": LanguageSpec(".rs", "./test", compile="rustc {file} -o test"),
+    "bash": LanguageSpec(".sh", "/bin/bash {file}"),
+    "lua": LanguageSpec(".lua", "lua {file}"),
+    "R": LanguageSpec(".R", "Rscript {file}"),
+    "perl": LanguageSpec(".pl", "perl {file}"),
+    "D_ut": LanguageSpec(".d", "./test", compile="dmd {file} -unittest -of=test"),
+    "ruby": LanguageSpec(".rb", "ruby {file}"),
+    "scala": LanguageSpec(".scala", "scala Main", compile="scalac {file}"),
+    "julia": LanguageSpec(".jl", "julia {file}"),
+    "kotlin_script": LanguageSpec(".kts", "kotlin {file}"),
+    "verilog": LanguageSpec(".sv", "vvp a.out", compile="iverilog -g2012 {file}"),
+    "lean": LanguageSpec(".lean", "lake build"),
+    "swift": LanguageSpec(".swift", "./test.out", compile="swiftc {file} -o test.out"),
+    "racket": LanguageSpec(".rkt", "racket {file}"),
+}  # fmt: skip
+
+#: Optional g++ link flags the real server adds when the libraries are present (probed once).
+_CPP_OPTIONAL_FLAGS = ("-lcrypto", "-lssl", "-lpthread")
+
+
+def tool_path(python: str) -> str:
+    """PATH given to programs: the runtime Python's bin dir first (so ``python`` is the runtime), then tools."""
+    dirs: list[str] = [os.path.dirname(os.path.abspath(python))]
+    for entry in (os.environ.get("PATH", "").split(os.pathsep) + list(_EXTRA_TOOL_DIRS)):
+        if entry and os.path.isdir(entry) and entry not in dirs:
+            dirs.append(entry)
+    return os.pathsep.join(dirs)
+
+
+def parse_run_status(
+    compile_result: CommandRunResult | None, run_result: CommandRunResult | None
+) -> tuple[RunStatus, str]:
+    """The real server's rule: any Error -> SandboxError(stderr); any TLE -> Failed; any rc != 0 -> Failed."""
+    results = [r for r in (compile_result, run_result) if r is not None]
+    for result in results:
+        if result.status == CommandRunStatus.Error:
+            return RunStatus.SandboxError, result.stderr or ""
+    if any(r.status == CommandRunStatus.TimeLimitExceeded for r in results):
+        return RunStatus.Failed, ""
+    if any(r.return_code is not None and r.return_code != 0 for r in results):
+        return RunStatus.Failed, ""
+    return RunStatus.Success, ""
+
+
+def to_command_result(result: ExecutionResult) -> CommandRunResult:
+    """Executor result -> wire model (Error carries no timing or return code, as on the real server)."""
+    if result.status == "Error":
+        return CommandRunResult(status=CommandRunStatus.Error, stderr=result.stderr)
+    return CommandRunResult(
+        status=CommandRunStatus(result.status),
+        execution_time=result.execution_time,
+        return_code=result.return_code,
+        stdout=result.stdout,
+        stderr=result.stderr,
+    )
+
+
+def restore_files(workdir: Workdir, files: dict[str, str | None]) -> None:
+    """Write the request's base64 files; ``None`` values and IGNORE_THIS_FILE names are skipped, as upstream."""
+    for name, content in files.items():
+        if not isinstance(content, str) or "IGNORE_THIS_FILE" in name:
+            continue
+        workdir.write_file(name, base64.b64decode(content))
+
+
+def collect_files(workdir: Workdir, names: list[str]) -> dict[str, str]:
+    """Base64 of each requested file that exists; missing ones are silently omitted, as upstream."""
+    fetched: dict[str, str] = {}
+    for name in names:
+        data = workdir.read_file(name)
+        if data is not None:
+            fetched[name] = base64.b64encode(data).decode("ascii")
+    return fetched
+
+
+class CodeRunner:
+    """Runs a validated :class:`RunCodeRequest` for real and builds the response the real server would send."""
+
+    def __init__(self, executor: Executor, python: str, pod_name: str | None = None) -> None:
+        self._executor = executor
+        self._python = python
+        self._pod_name = pod_name
+        self._path = tool_path(python)
+        self._cpp_flags: str | None = None
+
+    def _cpp_link_flags(self) -> str:
+        # The real server probes each flag by compiling a stub; we check the library files, which is instant.
+        if self._cpp_flags is None:
+            libdirs = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib", "/usr/lib64"]
+            present = []
+            for flag in _CPP_OPTIONAL_FLAGS:
+                lib = "lib" + flag[2:]
+                if any(os.path.exists(os.path.join(d, lib + ext)) for d in libdirs for ext in (".so", ".a")):
+                    present.append(flag)
+            self._cpp_flags = "".join(" " + f for f in present)
+        return self._cpp_flags
+
+    async def run(self, request: RunCodeRequest) -> RunCodeResponse:
+        response = RunCodeResponse(status=RunStatus.Success, message="", executor_pod_name=self._pod_name)
+        try:
+            spec = LANGUAGE_SPECS[request.language]
+            compile_result, run_result, files = await self._run_spec(spec, request)
+        except Exception as exc:  # the real server answers any runner exception as SandboxError, HTTP 200
+            # Upstream appends traceback.print_tb(...), which returns None: the literal " None" ends the message.
+            response.status = RunStatus.SandboxError
+            response.message = f"exception on running code {request.code}: {exc} None"
+            return response
+        response.compile_result = compile_result
+        response.run_result = run_result
+        response.files = files
+        response.status, message = parse_run_status(compile_result, run_result)
+        if response.status == RunStatus.SandboxError:
+            response.message = message
+        return response
+
+    async def _run_spec(
+        self, spec: LanguageSpec, request: RunCodeRequest
+    ) -> tuple[CommandRunResult | None, CommandRunResult | None, dict[str, str]]:
+        with self._executor.workdir() as workdir:
+            restore_files(workdir, request.files)
+            if spec.file_name is not None:
+                code_path = os.path.join(workdir.path, spec.file_name)
+            else:
+                code_path = workdir.new_script(spec.suffix)
+            workdir.write_file(os.path.basename(code_path), request.code.encode())
+            fields = {
+                "file": code_path,
+                "dir": workdir.path,
+                "name": os.path.splitext(os.path.basename(code_path))[0],
+                "cpp_flags": self._cpp_link_flags() if "{cpp_flags}" in (spec.compile or "") else "",
+            }
+            env = {"PATH": self._path}
+            compile_result: CommandRunResult | None = None
+            if spec.compile is not None:
+                compile_result = to_command_result(
+                    await self._executor.run(
+                        ExecutionRequest(
+                            argv=[BASH, "-c", spec.compile.format(**fields)],
+                            cwd=workdir.path,
+                            timeout=request.compile_timeout,
+                            stdin=None,
+                            memory_limit_mb=request.memory_limit_MB,
+                            extra_env=env,
+                        )
+                    )
+                )
+            run_result: CommandRunResult | None = None
+            if compile_result is None or (
+                compile_result.status == CommandRunStatus.Finished and compile_result.return_code == 0
+            ):
+                is_python = spec.run == "python {file}"
+                argv = [self._python, code_path] if is_python else [BASH, "-c", spec.run.format(**fields)]
+                run_result = to_command_result(
+                    await self._executor.run(
+                        ExecutionRequest(
+                            argv=argv,
+                            cwd=workdir.path,
+                            timeout=request.run_timeout,
+                            stdin=request.stdin.encode() if request.stdin is not None else None,
+                            memory_limit_mb=request.memory_limit_MB,
+                            extra_env=env,
+                            python_script=code_path if is_python else None,
+                        )
+                    )
+                )
+            return compile_result, run_result, collect_files(workdir, request.fetch_files)
+
+
+__all__ = ["LANGUAGE_SPECS", "CodeRunner", "LanguageSpec", "parse_run_status", "to_command_result", "tool_path"]

@@ -1,0 +1,122 @@
+"""Turn raw request bytes into a model, or into the exact 422 ``detail`` the real server answers.
+
+The real server is FastAPI 0.103 on pydantic 2.6. We validate by hand rather than through FastAPI's body
+machinery so the answers stay identical whatever FastAPI and pydantic versions the emulator is installed with:
+error ``url`` fields name pydantic 2.6, a body that is not JSON-typed is validated as raw text (as FastAPI 0.103
+did), and malformed JSON gives ``json_invalid`` with the character position.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from email.message import Message
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+#: The pydantic minor version the real server runs; it appears in every error ``url``.
+SERVER_PYDANTIC_VERSION = "2.6"
+_URL_VERSION = re.compile(r"^https://errors\.pydantic\.dev/[^/]+/")
+
+
+class RequestInvalid(Exception):
+    """A request that fails validation; ``detail`` is the list FastAPI puts under ``"detail"``."""
+
+    def __init__(self, detail: list[dict[str, Any]]) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+def _is_json_content_type(value: str | None) -> bool:
+    if not value:
+        return True  # FastAPI 0.103 parses a body without Content-Type as JSON
+    message = Message()
+    message["content-type"] = value
+    if message.get_content_maintype() != "application":
+        return False
+    subtype = message.get_content_subtype()
+    return subtype == "json" or subtype.endswith("+json")
+
+
+def _jsonable(value: Any) -> Any:
+    """Make a pydantic error field JSON-safe the way FastAPI's encoder would."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+def _error_entry(error: Any) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "type": error["type"],
+        "loc": ["body", *error["loc"]],
+        "msg": error["msg"],
+        "input": _jsonable(error["input"]),
+    }
+    if "ctx" in error:
+        entry["ctx"] = _jsonable(error["ctx"])
+    if "url" in error:
+        entry["url"] = _URL_VERSION.sub(f"https://errors.pydantic.dev/{SERVER_PYDANTIC_VERSION}/", error["url"])
+    return entry
+
+
+def _missing_body() -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "missing",
+            "loc": ["body"],
+            "msg": "Field required",
+            "input": None,
+            "url": f"https://errors.pydantic.dev/{SERVER_PYDANTIC_VERSION}/v/missing",
+        }
+    ]
+
+
+def parse_body(model: type[ModelT], body: bytes, content_type: str | None) -> ModelT:
+    """Validate ``body`` against ``model``; raise :class:`RequestInvalid` with the real server's detail."""
+    payload: Any
+    if _is_json_content_type(content_type):
+        if not body:
+            raise RequestInvalid(_missing_body())
+        try:
+            payload = json.loads(body)
+        except json.JSONDecodeError as exc:
+            raise RequestInvalid(
+                [
+                    {
+                        "type": "json_invalid",
+                        "loc": ["body", exc.pos],
+                        "msg": "JSON decode error",
+                        "input": {},
+                        "ctx": {"error": exc.msg},
+                    }
+                ]
+            ) from None
+        except UnicodeDecodeError as exc:
+            raise RequestInvalid(
+                [
+                    {
+                        "type": "json_invalid",
+                        "loc": ["body", exc.start],
+                        "msg": "JSON decode error",
+                        "input": {},
+                        "ctx": {"error": "Invalid UTF-8"},
+                    }
+                ]
+            ) from None
+    else:
+        if not body:
+            raise RequestInvalid(_missing_body())
+        payload = body
+    try:
+        return model.model_validate(payload, from_attributes=True)
+    except ValidationError as exc:
+        raise RequestInvalid([_error_entry(e) for e in exc.errors(include_url=True)]) from None
