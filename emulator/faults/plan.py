@@ -1,0 +1,614 @@
+"""The fault plan: immutable data describing which requests get which faults.
+
+A plan is parsed once, validated strictly (unknown keys are errors, so typos do not silently
+disable a fault) and then only read by the engine. All collections are tuples so plans are
+hashable and safe to share between threads.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import yaml
+
+from .errors import FaultPlanError
+from .latency import FixedLatency, LatencySpec, LognormalLatency, ParetoLatency, UniformLatency
+
+__all__ = [
+    "FAULT_KINDS",
+    "ConcurrencyLimit",
+    "FaultKind",
+    "FaultPlan",
+    "FaultSpec",
+    "HeadersStyle",
+    "IntRange",
+    "Limit",
+    "Rule",
+    "TokenBucketLimit",
+    "parse_latency",
+    "parse_ranges",
+]
+
+FaultKind = Literal["status", "hang", "reset", "truncate", "malformed", "sandbox_error", "null_stdout"]
+FAULT_KINDS: tuple[FaultKind, ...] = (
+    "status",
+    "hang",
+    "reset",
+    "truncate",
+    "malformed",
+    "sandbox_error",
+    "null_stdout",
+)
+HeadersStyle = Literal["retry-after", "daytona", "none"]
+_HEADERS_STYLES: tuple[HeadersStyle, ...] = ("retry-after", "daytona", "none")
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class IntRange:
+    """Inclusive range of 1-based ordinals; ``stop=None`` means open-ended."""
+
+    start: int
+    stop: int | None
+
+    def __contains__(self, n: object) -> bool:
+        return isinstance(n, int) and n >= self.start and (self.stop is None or n <= self.stop)
+
+    def to_text(self) -> str:
+        """Plan-syntax form (``"3-5"``, ``"7"``, ``"10-"``)."""
+        if self.stop is None:
+            return f"{self.start}-"
+        return str(self.start) if self.start == self.stop else f"{self.start}-{self.stop}"
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """One fault as written in the plan; route-dependent defaults are filled in by the engine.
+
+    ``status`` is the HTTP status for ``status`` faults and the answer after a ``hang``
+    (``None`` with ``then_reset``). ``body``/``headers`` override the defaults from ``bodies.py``.
+    """
+
+    kind: FaultKind
+    status: int | None = None
+    retry_after: float | None = None
+    hang_seconds: float = 0.0
+    then_reset: bool = False
+    message: str | None = None
+    keep_fraction: float = 0.5
+    body: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plan-syntax form (parses back to an equal spec)."""
+        out: dict[str, Any]
+        if self.kind == "status":
+            out = {"status": self.status}
+            if self.retry_after is not None:
+                out["retry_after"] = self.retry_after
+        elif self.kind == "hang":
+            out = {"hang": {"seconds": self.hang_seconds, "then": "reset" if self.then_reset else self.status}}
+        elif self.kind == "sandbox_error":
+            out = {"sandbox_error": {"message": self.message} if self.message is not None else {}}
+        elif self.kind == "truncate":
+            out = {"truncate": {"keep_fraction": self.keep_fraction}}
+        else:
+            out = {self.kind: {}}
+        if self.body is not None:
+            out["body"] = self.body
+        if self.headers:
+            out["headers"] = dict(self.headers)
+        return out
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Match a route (glob), optional key glob, attempt and arrival-ordinal ranges; then fire with ``probability``.
+
+    Empty ``attempts``/``requests`` mean "any". ``requests`` is a scripted schedule over the
+    per-route arrival ordinal and is therefore order-dependent by nature; everything else is
+    keyed on the logical request and order-independent.
+    """
+
+    id: str
+    route: str = "*"
+    key: str | None = None
+    attempts: tuple[IntRange, ...] = ()
+    requests: tuple[IntRange, ...] = ()
+    probability: float = 1.0
+    latency: LatencySpec | None = None
+    fault: FaultSpec | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plan-syntax form."""
+        out: dict[str, Any] = {"id": self.id, "route": self.route}
+        if self.key is not None:
+            out["key"] = self.key
+        if self.attempts:
+            out["attempts"] = ",".join(r.to_text() for r in self.attempts)
+        if self.requests:
+            out["requests"] = ",".join(r.to_text() for r in self.requests)
+        if self.probability != 1.0:
+            out["probability"] = self.probability
+        if self.latency is not None:
+            out["latency"] = self.latency.to_dict()
+        if self.fault is not None:
+            out["fault"] = self.fault.to_dict()
+        return out
+
+
+@dataclass(frozen=True)
+class ConcurrencyLimit:
+    """At most ``max_in_flight`` admitted requests at once on routes matching ``route``; the rest get 429."""
+
+    name: str
+    route: str
+    max_in_flight: int
+    headers_style: HeadersStyle = "retry-after"
+    retry_after: float = 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plan-syntax form."""
+        return {
+            "name": self.name,
+            "route": self.route,
+            "max_in_flight": self.max_in_flight,
+            "headers_style": self.headers_style,
+            "retry_after": self.retry_after,
+        }
+
+
+@dataclass(frozen=True)
+class TokenBucketLimit:
+    """Token bucket of capacity ``burst`` refilled at ``rate`` tokens/s; an empty bucket answers 429."""
+
+    name: str
+    route: str
+    rate: float
+    burst: int
+    headers_style: HeadersStyle = "retry-after"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plan-syntax form."""
+        return {
+            "name": self.name,
+            "route": self.route,
+            "rate": self.rate,
+            "burst": self.burst,
+            "headers_style": self.headers_style,
+        }
+
+
+Limit = ConcurrencyLimit | TokenBucketLimit
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """A seed plus ordered rules and limits. Build with ``from_dict``/``from_yaml``/``from_file``."""
+
+    seed: int = 0
+    rules: tuple[Rule, ...] = ()
+    limits: tuple[Limit, ...] = ()
+    description: str = field(default="", compare=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FaultPlan:
+        """Validate and build a plan from plain data; raises ``FaultPlanError`` naming the bad path."""
+        return _parse_plan(data)
+
+    @classmethod
+    def from_yaml(cls, text: str) -> FaultPlan:
+        """Parse YAML (or JSON, a YAML subset) text."""
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise FaultPlanError("<yaml>", f"not valid YAML: {exc}") from None
+        if data is None:
+            data = {}
+        return _parse_plan(data)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> FaultPlan:
+        """Load a ``.yaml``/``.yml``/``.json`` file."""
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise FaultPlanError(str(p), f"cannot read plan file: {exc}") from None
+        if p.suffix.lower() == ".json":
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise FaultPlanError(str(p), f"not valid JSON: {exc}") from None
+            return _parse_plan(data)
+        try:
+            return cls.from_yaml(text)
+        except FaultPlanError as exc:
+            raise FaultPlanError(f"{p}:{exc.path}", exc.message) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form that ``from_dict`` turns back into an equal plan."""
+        out: dict[str, Any] = {
+            "seed": self.seed,
+            "rules": [r.to_dict() for r in self.rules],
+            "limits": [lim.to_dict() for lim in self.limits],
+        }
+        if self.description:
+            out["description"] = self.description
+        return out
+
+    def with_seed(self, seed: int) -> FaultPlan:
+        """Same rules, different seed (e.g. derived from a pytest node id)."""
+        return replace(self, seed=seed)
+
+
+# --------------------------------------------------------------------------- parsing helpers
+
+
+def _type_name(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _fail(path: str, expected: str, got: object) -> FaultPlanError:
+    return FaultPlanError(path, f"expected {expected}, got {_type_name(got)} {value_repr(got)}")
+
+
+def value_repr(value: object) -> str:
+    """Short repr for error messages."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _mapping(value: object, path: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _fail(path, "a mapping", value)
+    for k in value:
+        if not isinstance(k, str):
+            raise FaultPlanError(path, f"keys must be strings, got {_type_name(k)} {value_repr(k)}")
+    return cast(Mapping[str, Any], value)
+
+
+def _check_keys(m: Mapping[str, Any], allowed: Iterable[str], path: str, required: Iterable[str] = ()) -> None:
+    allowed_list = list(allowed)
+    for k in m:
+        if k not in allowed_list:
+            hint = difflib.get_close_matches(k, allowed_list, n=1)
+            did = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise FaultPlanError(f"{path}.{k}" if path else k, f"unknown key{did}; allowed: {', '.join(allowed_list)}")
+    for k in required:
+        if k not in m:
+            raise FaultPlanError(f"{path}.{k}" if path else k, "required key is missing")
+
+
+def _int(value: object, path: str, minimum: int | None = None, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(path, "an integer", value)
+    if minimum is not None and value < minimum:
+        raise FaultPlanError(path, f"expected an integer >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise FaultPlanError(path, f"expected an integer <= {maximum}, got {value}")
+    return value
+
+
+def _number(value: object, path: str, *, minimum: float = 0.0, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _fail(path, "a number", value)
+    f = float(value)
+    if not math.isfinite(f):
+        raise FaultPlanError(path, f"expected a finite number, got {value}")
+    if positive and f <= 0:
+        raise FaultPlanError(path, f"expected a number > 0, got {value}")
+    if f < minimum:
+        raise FaultPlanError(path, f"expected a number >= {minimum}, got {value}")
+    return f
+
+
+def _str(value: object, path: str, *, nonempty: bool = True) -> str:
+    if not isinstance(value, str):
+        raise _fail(path, "a string", value)
+    if nonempty and not value:
+        raise FaultPlanError(path, "expected a non-empty string")
+    return value
+
+
+def _status(value: object, path: str) -> int:
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 100 <= value <= 599:
+        raise _fail(path, "an HTTP status code 100-599", value)
+    return value
+
+
+def _flag_options(value: object, path: str) -> Mapping[str, Any]:
+    """Kinds written as ``reset: true`` / ``reset: {}`` / ``reset: null`` take an options mapping."""
+    if value is None or value is True:
+        return {}
+    if value is False:
+        raise FaultPlanError(path, "a fault kind cannot be false; remove the fault instead")
+    return _mapping(value, path)
+
+
+# --------------------------------------------------------------------------- ranges
+
+_RANGE_RE = re.compile(r"^\s*(\d+)\s*(?:(-)\s*(\d+)?)?\s*$")
+
+
+def _one_range(value: object, path: str) -> IntRange:
+    if isinstance(value, bool):
+        raise _fail(path, "an ordinal, 'a-b' or [a, b]", value)
+    if isinstance(value, int):
+        return _make_range(value, value, path)
+    if isinstance(value, str):
+        m = _RANGE_RE.match(value)
+        if not m:
+            raise FaultPlanError(path, f"expected 'N', 'A-B' or 'A-' (ordinals start at 1), got {value!r}")
+        start = int(m.group(1))
+        if m.group(2) is None:
+            return _make_range(start, start, path)
+        return _make_range(start, int(m.group(3)) if m.group(3) is not None else None, path)
+    if isinstance(value, Sequence) and len(value) == 2:
+        a = _int(value[0], f"{path}[0]")
+        b = _int(value[1], f"{path}[1]")
+        return _make_range(a, b, path)
+    if isinstance(value, Mapping):
+        m2 = _mapping(value, path)
+        _check_keys(m2, ("from", "to"), path, required=("from",))
+        start = _int(m2["from"], f"{path}.from")
+        stop = m2.get("to")
+        return _make_range(start, None if stop is None else _int(stop, f"{path}.to"), path)
+    raise _fail(path, "an ordinal, 'a-b', [a, b] or {from, to}", value)
+
+
+def _make_range(start: int, stop: int | None, path: str) -> IntRange:
+    if start < 1:
+        raise FaultPlanError(path, f"ordinals start at 1, got {start}")
+    if stop is not None and stop < start:
+        raise FaultPlanError(path, f"range end {stop} is before its start {start}")
+    return IntRange(start, stop)
+
+
+def parse_ranges(value: object, path: str) -> tuple[IntRange, ...]:
+    """Parse ``3``, ``"3-5"``, ``"1-2,7,10-"``, ``[3, 5]`` (a range) or a list of such items (a union)."""
+    if value is None:
+        return ()
+    if isinstance(value, str) and "," in value:
+        return tuple(_one_range(part, path) for part in value.split(","))
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise FaultPlanError(path, "expected at least one ordinal or range, got an empty list")
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            if len(value) != 2:
+                raise FaultPlanError(
+                    path,
+                    f"a list of integers means [start, end] and needs exactly 2, got {len(value)}; "
+                    "write separate ordinals as '3,5,7'",
+                )
+            return (_one_range(value, path),)
+        return tuple(_one_range(v, f"{path}[{i}]") for i, v in enumerate(value))
+    return (_one_range(value, path),)
+
+
+# --------------------------------------------------------------------------- latency
+
+_LATENCY_KINDS = ("fixed", "uniform", "lognormal", "pareto")
+
+
+def parse_latency(value: object, path: str) -> LatencySpec:
+    """Parse a bare number (fixed seconds) or ``{fixed|uniform|lognormal|pareto: ...}``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return FixedLatency(_number(value, path))
+    m = _mapping(value, path)
+    _check_keys(m, _LATENCY_KINDS, path)
+    if len(m) != 1:
+        raise FaultPlanError(path, f"expected exactly one of {', '.join(_LATENCY_KINDS)}, got {len(m)} keys")
+    kind, arg = next(iter(m.items()))
+    sub = f"{path}.{kind}"
+    if kind == "fixed":
+        return FixedLatency(_number(arg, sub))
+    if kind == "uniform":
+        if isinstance(arg, Mapping):
+            am = _mapping(arg, sub)
+            _check_keys(am, ("low", "high"), sub, required=("low", "high"))
+            low, high = _number(am["low"], f"{sub}.low"), _number(am["high"], f"{sub}.high")
+        elif isinstance(arg, (list, tuple)) and len(arg) == 2:
+            low, high = _number(arg[0], f"{sub}[0]"), _number(arg[1], f"{sub}[1]")
+        else:
+            raise _fail(sub, "[low, high]", arg)
+        if high < low:
+            raise FaultPlanError(sub, f"high ({high}) must be >= low ({low})")
+        return UniformLatency(low, high)
+    am = _mapping(arg, sub)
+    if kind == "lognormal":
+        _check_keys(am, ("p50", "p99"), sub, required=("p50", "p99"))
+        p50 = _number(am["p50"], f"{sub}.p50", positive=True)
+        p99 = _number(am["p99"], f"{sub}.p99", positive=True)
+        if p99 < p50:
+            raise FaultPlanError(sub, f"p99 ({p99}) must be >= p50 ({p50})")
+        return LognormalLatency(p50, p99)
+    _check_keys(am, ("scale", "alpha", "cap"), sub, required=("scale", "alpha"))
+    scale = _number(am["scale"], f"{sub}.scale", positive=True)
+    alpha = _number(am["alpha"], f"{sub}.alpha", positive=True)
+    cap = None if am.get("cap") is None else _number(am["cap"], f"{sub}.cap", positive=True)
+    if cap is not None and cap < scale:
+        raise FaultPlanError(f"{sub}.cap", f"cap ({cap}) must be >= scale ({scale})")
+    return ParetoLatency(scale, alpha, cap)
+
+
+# --------------------------------------------------------------------------- faults
+
+_COMMON_FAULT_KEYS = ("body", "headers")
+
+
+def _headers(value: object, path: str) -> tuple[tuple[str, str], ...]:
+    m = _mapping(value, path)
+    out: list[tuple[str, str]] = []
+    for k, v in m.items():
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise _fail(f"{path}.{k}", "a string or number header value", v)
+        out.append((k, str(v)))
+    return tuple(out)
+
+
+def _parse_fault(value: object, path: str) -> FaultSpec:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return FaultSpec("status", status=_status(value, path))
+    if isinstance(value, str):
+        if value.isdigit():
+            return FaultSpec("status", status=_status(value, path))
+        if value in ("reset", "truncate", "malformed", "sandbox_error", "null_stdout"):
+            return FaultSpec(cast(FaultKind, value))
+        hint = difflib.get_close_matches(value, FAULT_KINDS, n=1)
+        did = f" (did you mean {hint[0]!r}?)" if hint else ""
+        raise FaultPlanError(path, f"unknown fault kind {value!r}{did}; expected one of {', '.join(FAULT_KINDS)}")
+    m = _mapping(value, path)
+    kinds = [k for k in m if k in FAULT_KINDS]
+    if len(kinds) != 1:
+        _check_keys(m, (*FAULT_KINDS, *_COMMON_FAULT_KEYS, "retry_after"), path)
+        raise FaultPlanError(
+            path,
+            f"expected exactly one fault kind ({', '.join(FAULT_KINDS)}), got "
+            + (", ".join(kinds) if kinds else "none"),
+        )
+    kind = kinds[0]
+    extra: tuple[str, ...] = ("retry_after",) if kind == "status" else ()
+    common: tuple[str, ...] = () if kind in ("reset", "null_stdout") else _COMMON_FAULT_KEYS
+    _check_keys(m, (kind, *common, *extra), path)
+    body = None if m.get("body") is None else _str(m["body"], f"{path}.body", nonempty=False)
+    headers = _headers(m["headers"], f"{path}.headers") if m.get("headers") is not None else ()
+    arg = m[kind]
+    sub = f"{path}.{kind}"
+    if kind == "status":
+        retry_after = None if m.get("retry_after") is None else _number(m["retry_after"], f"{path}.retry_after")
+        return FaultSpec("status", status=_status(arg, sub), retry_after=retry_after, body=body, headers=headers)
+    if kind == "hang":
+        if isinstance(arg, (int, float)) and not isinstance(arg, bool):
+            return FaultSpec("hang", status=504, hang_seconds=_number(arg, sub), body=body, headers=headers)
+        am = _mapping(arg, sub)
+        _check_keys(am, ("seconds", "then"), sub, required=("seconds",))
+        seconds = _number(am["seconds"], f"{sub}.seconds")
+        then = am.get("then", 504)
+        if then == "reset":
+            return FaultSpec("hang", hang_seconds=seconds, then_reset=True, body=body, headers=headers)
+        try:
+            status = _status(then, f"{sub}.then")
+        except FaultPlanError:
+            raise _fail(f"{sub}.then", "an HTTP status code or 'reset'", then) from None
+        return FaultSpec("hang", status=status, hang_seconds=seconds, body=body, headers=headers)
+    if kind == "sandbox_error" and isinstance(arg, str):
+        return FaultSpec("sandbox_error", message=arg, body=body, headers=headers)
+    opts = _flag_options(arg, sub)
+    if kind == "sandbox_error":
+        _check_keys(opts, ("message",), sub)
+        msg = None if opts.get("message") is None else _str(opts["message"], f"{sub}.message", nonempty=False)
+        return FaultSpec("sandbox_error", message=msg, body=body, headers=headers)
+    if kind == "truncate":
+        _check_keys(opts, ("keep_fraction",), sub)
+        frac = 0.5 if "keep_fraction" not in opts else _number(opts["keep_fraction"], f"{sub}.keep_fraction")
+        if frac >= 1.0:
+            raise FaultPlanError(f"{sub}.keep_fraction", f"expected a fraction in [0, 1), got {frac}")
+        return FaultSpec("truncate", keep_fraction=frac, body=body, headers=headers)
+    _check_keys(opts, (), sub)
+    return FaultSpec(kind, body=body, headers=headers)
+
+
+# --------------------------------------------------------------------------- rules, limits, plan
+
+_RULE_KEYS = ("id", "route", "key", "attempts", "requests", "probability", "latency", "fault")
+
+
+def _parse_rule(value: object, index: int, path: str) -> Rule:
+    m = _mapping(value, path)
+    _check_keys(m, _RULE_KEYS, path)
+    rule_id = _str(m["id"], f"{path}.id") if m.get("id") is not None else f"r{index}"
+    route = _str(m.get("route", "*"), f"{path}.route")
+    key = None if m.get("key") is None else _str(m["key"], f"{path}.key")
+    probability = 1.0
+    if m.get("probability") is not None:
+        probability = _number(m["probability"], f"{path}.probability")
+        if probability > 1.0:
+            raise FaultPlanError(f"{path}.probability", f"expected a probability in [0, 1], got {probability}")
+    latency = None if m.get("latency") is None else parse_latency(m["latency"], f"{path}.latency")
+    fault = None if m.get("fault") is None else _parse_fault(m["fault"], f"{path}.fault")
+    if latency is None and fault is None:
+        raise FaultPlanError(path, "a rule needs 'latency' and/or 'fault', otherwise it does nothing")
+    return Rule(
+        id=rule_id,
+        route=route,
+        key=key,
+        attempts=parse_ranges(m.get("attempts"), f"{path}.attempts"),
+        requests=parse_ranges(m.get("requests"), f"{path}.requests"),
+        probability=probability,
+        latency=latency,
+        fault=fault,
+    )
+
+
+def _headers_style(value: object, path: str) -> HeadersStyle:
+    if value not in _HEADERS_STYLES:
+        raise _fail(path, "one of " + ", ".join(_HEADERS_STYLES), value)
+    return value
+
+
+def _parse_limit(value: object, index: int, path: str) -> Limit:
+    m = _mapping(value, path)
+    is_cap = "max_in_flight" in m
+    is_bucket = "rate" in m or "burst" in m
+    if is_cap and is_bucket:
+        raise FaultPlanError(
+            path, "a limit is either a concurrency cap (max_in_flight) or a token bucket (rate, burst)"
+        )
+    if not is_cap and not is_bucket:
+        _check_keys(m, ("name", "route", "max_in_flight", "rate", "burst", "headers_style", "retry_after"), path)
+        raise FaultPlanError(path, "expected 'max_in_flight' (concurrency cap) or 'rate' and 'burst' (token bucket)")
+    name = _str(m["name"], f"{path}.name") if m.get("name") is not None else f"limit{index}"
+    route = _str(m.get("route", "*"), f"{path}.route")
+    style = _headers_style(m.get("headers_style", "retry-after"), f"{path}.headers_style")
+    if is_cap:
+        _check_keys(m, ("name", "route", "max_in_flight", "headers_style", "retry_after"), path)
+        retry_after = 1.0 if m.get("retry_after") is None else _number(m["retry_after"], f"{path}.retry_after")
+        cap = _int(m["max_in_flight"], f"{path}.max_in_flight", minimum=0)
+        return ConcurrencyLimit(name, route, cap, style, retry_after)
+    _check_keys(m, ("name", "route", "rate", "burst", "headers_style"), path, required=("rate", "burst"))
+    rate = _number(m["rate"], f"{path}.rate", positive=True)
+    burst = _int(m["burst"], f"{path}.burst", minimum=1)
+    return TokenBucketLimit(name, route, rate, burst, style)
+
+
+def _parse_list(value: object, path: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)):
+        raise _fail(path, "a list", value)
+    return list(value)
+
+
+def _parse_plan(data: object) -> FaultPlan:
+    if isinstance(data, FaultPlan):
+        return data
+    m = _mapping(data, "<plan>")
+    _check_keys(m, ("seed", "rules", "limits", "description"), "")
+    seed = 0 if m.get("seed") is None else _int(m["seed"], "seed")
+    rules = tuple(_parse_rule(r, i, f"rules[{i}]") for i, r in enumerate(_parse_list(m.get("rules"), "rules")))
+    seen: dict[str, int] = {}
+    for i, r in enumerate(rules):
+        if r.id in seen:
+            raise FaultPlanError(f"rules[{i}].id", f"duplicate rule id {r.id!r} (also rules[{seen[r.id]}])")
+        seen[r.id] = i
+    limits = tuple(_parse_limit(x, i, f"limits[{i}]") for i, x in enumerate(_parse_list(m.get("limits"), "limits")))
+    names: dict[str, int] = {}
+    for i, lim in enumerate(limits):
+        if lim.name in names:
+            other = names[lim.name]
+            raise FaultPlanError(f"limits[{i}].name", f"duplicate limit name {lim.name!r} (also limits[{other}])")
+        names[lim.name] = i
+    description = "" if m.get("description") is None else _str(m["description"], "description", nonempty=False)
+    return FaultPlan(seed=seed, rules=rules, limits=limits, description=description)
