@@ -1,0 +1,199 @@
+"""One ASGI app that mounts the emulated services and the ``/_emulator`` control plane.
+
+:class:`Emulator` holds the state every way of serving shares: the executor that runs code, the fault engine and
+the journal. Its ``app`` is an ordinary ASGI application.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+
+from emulator.executor import Executor, ExecutorConfig
+from emulator.faults import FaultEngine, FaultPlan, FaultPlanError, RealClock, load_plan
+from emulator.gate import FaultGate
+from emulator.journal import Journal
+from emulator.sandbox_fusion.jupyter import JupyterRunner
+from emulator.sandbox_fusion.routes import (
+    ROUTE_PING,
+    ROUTE_RUN_CODE,
+    ROUTE_RUN_JUPYTER,
+    SandboxFusionService,
+    json_response,
+)
+from emulator.sandbox_fusion.runners import CodeRunner
+
+PlanSpec = FaultPlan | Mapping[str, Any] | str | Path | None
+
+
+@dataclass(frozen=True)
+class EmulatorConfig:
+    """Everything that shapes an emulator; the defaults are the most faithful fast setup."""
+
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    #: ``executor_pod_name`` in answers; the real server reads ``MY_POD_NAME`` (null when unset).
+    pod_name: str | None = field(default_factory=lambda: os.environ.get("MY_POD_NAME"))
+
+
+class Emulator:
+    """The emulated services with their shared state: executor, fault engine, journal."""
+
+    def __init__(self, config: EmulatorConfig | None = None, *, faults: PlanSpec = None) -> None:
+        self.config = config or EmulatorConfig()
+        self.clock = RealClock()
+        self.engine = FaultEngine(_to_plan(faults), clock=self.clock)
+        self.journal = Journal(self.clock)
+        self.gate = FaultGate(self.engine, self.journal)
+        self._executor: Executor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._start_lock: asyncio.Lock | None = None
+        self._service: SandboxFusionService | None = None
+        self._service_executor: Executor | None = None
+        self.app = self._build_app()
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def python(self) -> str:
+        return self.config.executor.python
+
+    def set_faults(self, faults: PlanSpec) -> FaultPlan:
+        """Replace the fault plan (counters restart, so decisions replay from the start)."""
+        plan = _to_plan(faults)
+        self.engine.set_plan(plan)
+        return plan
+
+    def reset(self) -> None:
+        """Forget requests and counters; keep the plan. Called between tests."""
+        self.engine.reset()
+        self.journal.clear()
+
+    async def executor(self) -> Executor:
+        """The executor bound to the running event loop, started on first use (ASGI transports skip lifespan)."""
+        loop = asyncio.get_running_loop()
+        if self._executor is not None and self._loop is loop:
+            return self._executor
+        if self._start_lock is None or self._loop is not loop:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if self._executor is not None and self._loop is loop:
+                return self._executor
+            old = self._executor
+            if old is not None:
+                try:
+                    await old.aclose()
+                except RuntimeError:  # bound to a loop that is gone; its processes were already reaped
+                    pass
+            executor = Executor(self.config.executor)
+            await executor.start()
+            self._executor, self._loop = executor, loop
+            return executor
+
+    async def aclose(self) -> None:
+        if self._executor is not None and self._loop is asyncio.get_running_loop():
+            await self._executor.aclose()
+        self._executor = None
+        self._loop = None
+
+    # ------------------------------------------------------------------ HTTP
+
+    async def _sandbox_fusion(self) -> SandboxFusionService:
+        executor = await self.executor()
+        if self._service is None or self._service_executor is not executor:
+            pod = self.config.pod_name
+            self._service = SandboxFusionService(
+                CodeRunner(executor, self.python, pod), JupyterRunner(executor, self.python, pod)
+            )
+            self._service_executor = executor
+        return self._service
+
+    def _build_app(self) -> FastAPI:
+        app = FastAPI(title="sandbox-emulator", docs_url="/docs", redoc_url="/redoc")
+        gate = self.gate
+
+        async def run_code(request: Request) -> Response:
+            service = await self._sandbox_fusion()
+            ctype = request.headers.get("content-type")
+            return await gate.handle(ROUTE_RUN_CODE, request, lambda body: service.run_code(body, ctype))
+
+        async def run_jupyter(request: Request) -> Response:
+            service = await self._sandbox_fusion()
+            ctype = request.headers.get("content-type")
+            return await gate.handle(ROUTE_RUN_JUPYTER, request, lambda body: service.run_jupyter(body, ctype))
+
+        async def ping(request: Request) -> Response:
+            async def answer(_: bytes) -> tuple[Response, dict[str, Any]]:
+                return SandboxFusionService.ping(), {}
+
+            return await gate.handle(ROUTE_PING, request, answer)
+
+        async def index(request: Request) -> Response:
+            # The real server's root is a redirect page to its docs.
+            return HTMLResponse('<meta http-equiv="refresh" content="0; url=./SandboxFusion">')
+
+        app.router.add_route("/run_code", run_code, methods=["POST"])
+        app.router.add_route("/run_jupyter", run_jupyter, methods=["POST"])
+        app.router.add_route("/v1/ping", ping, methods=["GET"])
+        app.router.add_route("/", index, methods=["GET"])
+        self._add_control_plane(app)
+        return app
+
+    def _add_control_plane(self, app: FastAPI) -> None:
+        """``/_emulator``: health, reset, fault plan, journal, stats, decision log."""
+
+        async def health(request: Request) -> Response:
+            return json_response({"status": "ok", "python": self.python, "mode": self.config.executor.python_mode})
+
+        async def reset(request: Request) -> Response:
+            self.reset()
+            return json_response({"reset": True})
+
+        async def get_faults(request: Request) -> Response:
+            return json_response(self.engine.plan.to_dict())
+
+        async def put_faults(request: Request) -> Response:
+            raw = await request.body()
+            try:
+                data = json.loads(raw) if raw.strip() else None
+            except json.JSONDecodeError as exc:
+                return json_response({"error": f"fault plan is not valid JSON: {exc}"}, status=400)
+            try:
+                spec: PlanSpec = data["profile"] if isinstance(data, dict) and set(data) == {"profile"} else data
+                plan = self.set_faults(spec)
+            except (FaultPlanError, ValueError, TypeError, OSError) as exc:
+                return json_response({"error": str(exc)}, status=400)
+            return json_response(plan.to_dict())
+
+        async def journal(request: Request) -> Response:
+            route = request.query_params.get("route")
+            entries = [e.to_dict() for e in self.journal.entries(route)]
+            return json_response(entries)
+
+        async def stats(request: Request) -> Response:
+            return json_response(self.journal.stats())
+
+        async def decisions(request: Request) -> Response:
+            return json_response(self.engine.log_records())
+
+        app.router.add_route("/_emulator/health", health, methods=["GET"])
+        app.router.add_route("/_emulator/reset", reset, methods=["POST"])
+        app.router.add_route("/_emulator/faults", get_faults, methods=["GET"])
+        app.router.add_route("/_emulator/faults", put_faults, methods=["PUT", "POST"])
+        app.router.add_route("/_emulator/journal", journal, methods=["GET"])
+        app.router.add_route("/_emulator/stats", stats, methods=["GET"])
+        app.router.add_route("/_emulator/decisions", decisions, methods=["GET"])
+
+
+def _to_plan(spec: PlanSpec) -> FaultPlan:
+    if isinstance(spec, FaultPlan):
+        return spec
+    return load_plan(spec)

@@ -1,0 +1,73 @@
+"""``/run_jupyter``: cells run in order in one kernel-like process per request.
+
+The answer has the recorded shape: a ``driver`` command result, one entry per cell (stdout, stderr, display,
+error) and fetched files. As on the real server, a cell that raises still gives top-level ``Success``; a driver
+that does not finish (``total_timeout``) gives ``Failed`` with no cells.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from importlib import resources
+
+from emulator.executor import ExecutionRequest, Executor
+from emulator.sandbox_fusion.models import (
+    CellRunResult,
+    CommandRunStatus,
+    RunJupyterRequest,
+    RunJupyterResponse,
+    RunStatus,
+)
+from emulator.sandbox_fusion.runners import collect_files, restore_files, to_command_result, tool_path
+
+_DRIVER_SOURCE = resources.files("emulator.sandbox_fusion").joinpath("jupyter_driver.py").read_bytes()
+
+
+class JupyterRunner:
+    """Runs a :class:`RunJupyterRequest` through the executor with the kernel-like driver."""
+
+    def __init__(self, executor: Executor, python: str, pod_name: str | None = None) -> None:
+        self._executor = executor
+        self._python = python
+        self._pod_name = pod_name
+        self._path = tool_path(python)
+
+    async def run(self, request: RunJupyterRequest) -> RunJupyterResponse:
+        response = RunJupyterResponse(status=RunStatus.Success, message="", executor_pod_name=self._pod_name)
+        code_repr = "\n".join(request.cells)[:100]
+        try:
+            with self._executor.workdir() as workdir:
+                restore_files(workdir, dict(request.files))
+                config = {
+                    "kernel": request.kernel,
+                    "cells": request.cells,
+                    "cell_timeout": request.cell_timeout,
+                    "total_timeout": request.total_timeout,
+                }
+                workdir.write_file("config.json", json.dumps(config).encode())
+                script = workdir.new_script(".py")
+                workdir.write_file(os.path.basename(script), _DRIVER_SOURCE)
+                result = await self._executor.run(
+                    ExecutionRequest(
+                        argv=[self._python, script],
+                        cwd=workdir.path,
+                        timeout=request.total_timeout,
+                        memory_limit_mb=request.memory_limit_MB,
+                        extra_env={"PATH": self._path},
+                        python_script=script,
+                    )
+                )
+                driver = to_command_result(result)
+                response.driver = driver
+                if driver.status != CommandRunStatus.Finished or driver.return_code != 0:
+                    response.status = RunStatus.Failed
+                    return response
+                raw = workdir.read_file("cells.json")
+                cells = json.loads(raw) if raw else []
+                response.cells = [CellRunResult.model_validate(c) for c in cells]
+                response.files = collect_files(workdir, request.fetch_files)
+        except Exception as exc:  # as upstream: any exception is a SandboxError answer, HTTP 200
+            response.status = RunStatus.SandboxError
+            response.message = f"exception on running jupyter {code_repr}: {exc} None"
+        return response

@@ -1,0 +1,72 @@
+"""Kernel-like driver for /run_jupyter: runs cells in order in one namespace and reports each cell's output.
+
+Runs under the runtime interpreter as a standalone script (it imports nothing from the emulator). Reads the
+request config from ``config.json`` next to it, prints ``config:`` and the config as the real driver does, and writes
+the per-cell results to ``cells.json``. Per cell: stdout, stderr, ``display`` (the value of a trailing expression
+as ``{"text/plain": repr}``, like a notebook's Out[n]) and ``error`` (``ename``, ``evalue``, ``traceback``).
+"""
+
+import ast
+import io
+import json
+import os
+import signal
+import sys
+import traceback
+
+
+class _CellTimeout(Exception):
+    pass
+
+
+def _on_alarm(signum, frame):  # type: ignore[no-untyped-def]
+    raise _CellTimeout("Cell execution timed out")
+
+
+def _run_cell(source, namespace, counter):  # type: ignore[no-untyped-def]
+    out, err = io.StringIO(), io.StringIO()
+    display = []
+    error = []
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = out, err
+    filename = "<cell-%d>" % counter
+    try:
+        tree = ast.parse(source, filename=filename, mode="exec")
+        last_expr = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last_expr = ast.Expression(tree.body.pop().value)
+        exec(compile(tree, filename, "exec"), namespace)
+        if last_expr is not None:
+            value = eval(compile(last_expr, filename, "eval"), namespace)
+            if value is not None:
+                namespace["_"] = value
+                display.append({"text/plain": repr(value)})
+    except BaseException as exc:  # noqa: BLE001 - a cell's exception is its answer
+        lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+        error.append({"ename": type(exc).__name__, "evalue": str(exc), "traceback": [ln.rstrip("\n") for ln in lines]})
+    finally:
+        sys.stdout, sys.stderr = saved
+    return {"stdout": out.getvalue(), "stderr": err.getvalue(), "display": display, "error": error}
+
+
+def main():  # type: ignore[no-untyped-def]
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "config.json")) as f:
+        config = json.load(f)
+    print("config: \n" + json.dumps(config, indent=2))
+    cell_timeout = float(config.get("cell_timeout") or 0)
+    namespace = {"__name__": "__main__"}
+    results = []
+    signal.signal(signal.SIGALRM, _on_alarm)
+    for index, cell in enumerate(config["cells"]):
+        if cell_timeout > 0:
+            signal.setitimer(signal.ITIMER_REAL, cell_timeout)
+        results.append(_run_cell(cell, namespace, index + 2))
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        with open(os.path.join(here, "cells.json"), "w") as f:
+            json.dump(results, f)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

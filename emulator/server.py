@@ -1,0 +1,156 @@
+"""Three ways to run the emulator: in-process ASGI, a loopback server on a thread, and a separate process.
+
+* ``Emulator.app`` is a plain ASGI app: give it to ``httpx.ASGITransport`` (respx-compatible) in async tests.
+* :class:`EmulatorServer` serves it on ``127.0.0.1`` (port 0 by default) from a background thread, for clients
+  that need a real socket: ``requests``, aiohttp, Ray workers, verl's ``call_sandbox_api``.
+* ``sandbox-emulator serve`` runs :func:`serve_forever` in its own process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+from types import TracebackType
+from typing import Any
+
+import uvicorn
+
+from emulator.app import Emulator
+from emulator.transport import DEFAULT_PROTOCOL
+
+LOOPBACK = "127.0.0.1"
+
+
+def _event_loop_name() -> str:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return "asyncio"
+    return "uvloop"
+
+
+def uvicorn_config(app: Any, host: str, port: int, log_level: str = "warning") -> uvicorn.Config:
+    """The uvicorn settings every mode shares: our transport-exposing protocol, no lifespan, quiet logs."""
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=DEFAULT_PROTOCOL,
+        loop=_event_loop_name(),
+        lifespan="off",
+        log_level=log_level,
+        access_log=False,
+        backlog=4096,
+        timeout_keep_alive=30,
+    )
+
+
+class _NotifyingServer(uvicorn.Server):
+    """A uvicorn server that tells a thread when it accepts connections."""
+
+    def __init__(self, config: uvicorn.Config, ready: threading.Event) -> None:
+        super().__init__(config)
+        self._ready = ready
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        self._ready.set()
+
+    def install_signal_handlers(self) -> None:  # the main thread owns signals, not us
+        return None
+
+
+class EmulatorServer:
+    """The emulator on a loopback port, served from a background thread.
+
+    >>> with EmulatorServer() as server:
+    ...     requests.post(server.url + "/run_code", json={"code": "print(1)", "language": "python"})
+    """
+
+    def __init__(self, emulator: Emulator | None = None, host: str = LOOPBACK, port: int = 0) -> None:
+        self.emulator = emulator if emulator is not None else Emulator()
+        self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, port))
+        self._sock.listen(4096)
+        self.host = host
+        self.port: int = self._sock.getsockname()[1]
+        self._ready = threading.Event()
+        self._server = _NotifyingServer(uvicorn_config(self.emulator.app, host, self.port), self._ready)
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL; Sandbox Fusion clients take this (the ``sandbox-fusion`` client) or ``url + "/run_code"``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def run_code_url(self) -> str:
+        """The full URL verl's ``sandbox_fusion_url`` wants."""
+        return self.url + "/run_code"
+
+    def start(self, timeout: float = 30.0) -> EmulatorServer:
+        if self._thread is not None:
+            return self
+        self._thread = threading.Thread(target=self._run, name="sandbox-emulator", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise RuntimeError(f"emulator server did not start within {timeout} s: {self._error!r}")
+        return self
+
+    def _run(self) -> None:
+        async def main() -> None:
+            try:
+                await self._server.serve(sockets=[self._sock])
+            finally:
+                await self.emulator.aclose()
+
+        try:
+            if self._server.config.loop == "uvloop":
+                import uvloop
+
+                uvloop.run(main())
+            else:
+                asyncio.run(main())
+        except BaseException as exc:  # surfaced by start()/stop()
+            self._error = exc
+            self._ready.set()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self._thread is None:
+            return
+        self._server.should_exit = True
+        self._thread.join(timeout)
+        self._thread = None
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+    def __enter__(self) -> EmulatorServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def serve_forever(emulator: Emulator, host: str = LOOPBACK, port: int = 8080, log_level: str = "info") -> None:
+    """Serve in the calling (main) thread until interrupted; used by ``sandbox-emulator serve``."""
+    server = uvicorn.Server(uvicorn_config(emulator.app, host, port, log_level=log_level))
+
+    async def main() -> None:
+        try:
+            await server.serve()
+        finally:
+            await emulator.aclose()
+
+    if server.config.loop == "uvloop":
+        import uvloop
+
+        uvloop.run(main())
+    else:
+        asyncio.run(main())

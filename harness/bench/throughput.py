@@ -1,0 +1,196 @@
+"""Backend benchmark: executions/s of ``print(2+2)`` through HTTP, per concurrency level and execution path.
+
+The emulator runs as its own process (``sandbox-emulator serve``) so the load generator (aiohttp, which is not the
+bottleneck; httpx is, at high concurrency) does not share its interpreter. Prints a table and the emulator's peak
+RSS (VmHWM of the server process and of its warm interpreter). Figures, not assertions: run it, read it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+PAYLOAD = {"code": "print(2+2)", "language": "python"}
+
+
+@dataclass
+class LevelResult:
+    mode: str
+    concurrency: int
+    requests: int
+    ok: int
+    errors: int
+    seconds: float
+
+    @property
+    def per_second(self) -> float:
+        return self.ok / self.seconds if self.seconds > 0 else 0.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _vm_hwm_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _descendants(pid: int) -> list[int]:
+    found: list[int] = []
+    stack = [pid]
+    while stack:
+        current = stack.pop()
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{current}/task/{task}/children") as children:
+                    kids = [int(x) for x in children.read().split()]
+            except OSError:
+                continue
+            found.extend(kids)
+            stack.extend(kids)
+    return found
+
+
+async def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    import aiohttp
+
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"emulator exited with {proc.returncode} before becoming healthy")
+            try:
+                async with session.get(url + "/_emulator/health") as resp:
+                    if resp.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)  # polling a process we do not control; no event to wait on
+    raise RuntimeError(f"emulator not healthy after {timeout} s")
+
+
+async def _level(url: str, mode: str, concurrency: int, total: int) -> LevelResult:
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency)
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        counter = iter(range(total))
+        ok = errors = 0
+
+        async def worker() -> None:
+            nonlocal ok, errors
+            for _ in counter:
+                try:
+                    async with session.post(url + "/run_code", json=PAYLOAD) as resp:
+                        body = await resp.json()
+                        good = resp.status == 200 and body["run_result"]["stdout"] == "4\n"
+                except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, TypeError):
+                    good = False
+                if good:
+                    ok += 1
+                else:
+                    errors += 1
+
+        warm = iter(range(concurrency))
+        await asyncio.gather(*(_one(session, url) for _ in warm))
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - start
+    return LevelResult(mode, concurrency, total, ok, errors, elapsed)
+
+
+async def _one(session: object, url: str) -> None:
+    async with session.post(url + "/run_code", json=PAYLOAD) as resp:  # type: ignore[attr-defined]
+        await resp.read()
+
+
+def run_mode(mode: str, levels: list[int], requests: int, python: str | None) -> tuple[list[LevelResult], dict[str, int]]:
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "harness.cli", "serve", "--port", str(port), "--python-mode", mode]
+    if python:
+        cmd += ["--python", python]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    results: list[LevelResult] = []
+    try:
+        asyncio.run(_wait_healthy(url, proc))
+        for level in levels:
+            total = requests or max(200, level * 10)
+            print(f"  {mode:9s} concurrency {level:4d}: {total} requests ...", file=sys.stderr, flush=True)
+            results.append(asyncio.run(_level(url, mode, level, total)))
+        kids = _descendants(proc.pid)
+        memory = {
+            "server_peak_rss_kb": _vm_hwm_kb(proc.pid),
+            "warm_interpreter_peak_rss_kb": max((_vm_hwm_kb(k) for k in kids), default=0),
+        }
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return results, memory
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        print("sandbox-emulator bench needs aiohttp: pip install 'sandbox-emulator[bench]'", file=sys.stderr)
+        return 2
+    try:
+        levels = [int(x) for x in str(args.concurrency).split(",") if x.strip()]
+        modes = [m.strip() for m in str(args.modes).split(",") if m.strip()]
+    except ValueError:
+        print(f"sandbox-emulator bench: --concurrency must be integers, got {args.concurrency!r}", file=sys.stderr)
+        return 2
+    bad = [m for m in modes if m not in ("fast", "faithful")]
+    if bad or not levels or any(level < 1 for level in levels):
+        print("sandbox-emulator bench: modes are fast,faithful and levels are positive integers", file=sys.stderr)
+        return 2
+    all_results: list[LevelResult] = []
+    memory: dict[str, dict[str, int]] = {}
+    for mode in modes:
+        results, mem = run_mode(mode, levels, args.requests, args.python)
+        all_results.extend(results)
+        memory[mode] = mem
+    print(f"{'path':10s} {'concurrency':>11s} {'requests':>8s} {'errors':>6s} {'exec/s':>9s}")
+    for r in all_results:
+        print(f"{r.mode:10s} {r.concurrency:11d} {r.requests:8d} {r.errors:6d} {r.per_second:9.1f}")
+    for mode, mem in memory.items():
+        print(
+            f"{mode:10s} peak RSS: server {mem['server_peak_rss_kb'] / 1024:.1f} MiB, "
+            f"warm interpreter {mem['warm_interpreter_peak_rss_kb'] / 1024:.1f} MiB"
+        )
+    by = {(r.mode, r.concurrency): r.per_second for r in all_results}
+    for level in levels:
+        if ("fast", level) in by and ("faithful", level) in by and by[("faithful", level)] > 0:
+            print(f"fast/faithful at concurrency {level}: {by[('fast', level)] / by[('faithful', level)]:.1f}x")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {"levels": [asdict(r) | {"per_second": r.per_second} for r in all_results], "memory": memory}, f, indent=2
+            )
+    return 0 if all(r.errors == 0 for r in all_results) else 1

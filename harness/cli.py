@@ -1,0 +1,102 @@
+"""``sandbox-emulator``: serve the emulator, or benchmark it.
+
+Kept import-light: each subcommand imports what it needs, so ``serve`` starts fast on the bare install.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def _add_runtime_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--python",
+        metavar="PATH",
+        help="interpreter that runs submitted Python (default: $SANDBOX_EMULATOR_PYTHON, else this Python)",
+    )
+    parser.add_argument(
+        "--python-mode",
+        choices=["fast", "faithful"],
+        default="fast",
+        help="fast: fork from a warm interpreter; faithful: a fresh interpreter per run (default: fast)",
+    )
+
+
+def _executor_config(args: argparse.Namespace) -> object:
+    from emulator.executor import ExecutorConfig
+
+    kwargs: dict[str, object] = {"python_mode": args.python_mode}
+    if args.python:
+        kwargs["python"] = args.python
+    return ExecutorConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from emulator.app import Emulator, EmulatorConfig
+    from emulator.executor import ExecutorConfig
+    from emulator.faults import FaultPlanError
+    from emulator.server import serve_forever
+
+    executor_config = _executor_config(args)
+    assert isinstance(executor_config, ExecutorConfig)
+    try:
+        emulator = Emulator(EmulatorConfig(executor=executor_config), faults=args.faults)
+    except (FaultPlanError, OSError, ValueError) as exc:
+        print(f"sandbox-emulator: bad --faults {args.faults!r}: {exc}", file=sys.stderr)
+        return 2
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    base = f"http://{host}:{args.port}"
+    print(f"Sandbox Fusion  {base}/run_code  {base}/run_jupyter  {base}/v1/ping", flush=True)
+    print(f"Control plane   {base}/_emulator/  (health, reset, faults, journal, stats, decisions)", flush=True)
+    print(f"Python runtime  {emulator.python} ({args.python_mode} path)", flush=True)
+    if args.faults:
+        print(f"Fault plan      {args.faults}", flush=True)
+    try:
+        serve_forever(emulator, host=args.host, port=args.port, log_level=args.log_level)
+    except OSError as exc:
+        print(f"sandbox-emulator: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from harness.bench.throughput import main as bench_main
+
+    return bench_main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sandbox-emulator", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the emulator as its own process")
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
+    serve.add_argument("--port", type=int, default=8080, help="port (default: 8080, as Sandbox Fusion)")
+    serve.add_argument("--faults", metavar="FILE_OR_PROFILE", help="fault plan: a YAML/JSON file or a profile name")
+    serve.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    _add_runtime_options(serve)
+    serve.set_defaults(func=_serve)
+
+    bench = sub.add_parser("bench", help="executions/s of print(2+2) over HTTP, fast and faithful paths")
+    bench.add_argument("--concurrency", default="1,16,128", help="comma-separated levels (default: 1,16,128)")
+    bench.add_argument("--requests", type=int, default=0, help="requests per level (default: scaled to the level)")
+    bench.add_argument("--modes", default="fast,faithful", help="comma-separated: fast, faithful")
+    bench.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    bench.add_argument("--python", metavar="PATH", help="runtime interpreter for submitted Python")
+    bench.set_defaults(func=_bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())
