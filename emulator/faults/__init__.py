@@ -1,0 +1,66 @@
+"""Fault injection for the emulator: plans as data, seeded keyed decisions, limits, a log, replay.
+
+Pure logic: no web framework imports. The HTTP layer calls ``FaultEngine.decide(route, key)``
+for every request, carries out the returned ``Decision`` and releases its admission.
+"""
+
+from __future__ import annotations
+
+from .bodies import FAULT_LABEL_HEADER, SANDBOX_ERROR_MESSAGE
+from .clock import Clock, ManualClock, RealClock
+from .decision import Admission, Decision, FaultAction
+from .engine import FaultEngine
+from .errors import AdmissionError, FaultPlanError, ReplayMissError
+from .keyed import keyed_uniform
+from .latency import FixedLatency, LatencySpec, LognormalLatency, ParetoLatency, UniformLatency
+from .log import DecisionLog, dump_jsonl, load_jsonl
+from .plan import (
+    ConcurrencyLimit,
+    FaultKind,
+    FaultPlan,
+    FaultSpec,
+    HeadersStyle,
+    IntRange,
+    Limit,
+    Rule,
+    TokenBucketLimit,
+)
+from .profiles import PROFILES, load_plan, profile_names
+from .replay import ReplayEngine
+
+__all__ = [
+    "FAULT_LABEL_HEADER",
+    "PROFILES",
+    "SANDBOX_ERROR_MESSAGE",
+    "Admission",
+    "AdmissionError",
+    "Clock",
+    "ConcurrencyLimit",
+    "Decision",
+    "DecisionLog",
+    "FaultAction",
+    "FaultEngine",
+    "FaultKind",
+    "FaultPlan",
+    "FaultPlanError",
+    "FaultSpec",
+    "FixedLatency",
+    "HeadersStyle",
+    "IntRange",
+    "LatencySpec",
+    "Limit",
+    "LognormalLatency",
+    "ManualClock",
+    "ParetoLatency",
+    "RealClock",
+    "ReplayEngine",
+    "ReplayMissError",
+    "Rule",
+    "TokenBucketLimit",
+    "UniformLatency",
+    "dump_jsonl",
+    "keyed_uniform",
+    "load_jsonl",
+    "load_plan",
+    "profile_names",
+]

@@ -1,0 +1,93 @@
+"""Replay a recorded decision log: the same (route, key, attempt) gets exactly the logged decision.
+
+A failing chaos run dumps its log (``engine.log.dump_jsonl``); feeding that file to
+``ReplayEngine`` reproduces every fault, including limiter refusals and schedule hits that
+depended on timing or arrival order in the original run.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .clock import Clock, RealClock
+from .decision import Admission, Decision
+from .errors import ReplayMissError
+from .log import DecisionLog, load_jsonl
+
+__all__ = ["ReplayEngine"]
+
+
+class ReplayEngine:
+    """Drop-in for ``FaultEngine.decide``/``admit``/``release`` that answers from a log.
+
+    Attempts are counted per (route, key) exactly as the engine does. An identity missing from
+    the log raises ``ReplayMissError`` when ``strict``, otherwise it passes through untouched and
+    is listed in ``misses``. Limits are not re-enforced: refusals come from the log.
+    """
+
+    def __init__(
+        self,
+        log: DecisionLog | Iterable[Mapping[str, Any]] | str | Path,
+        *,
+        strict: bool = False,
+        clock: Clock | None = None,
+    ) -> None:
+        if isinstance(log, (str, Path)):
+            records: list[dict[str, Any]] = load_jsonl(log)
+        elif isinstance(log, DecisionLog):
+            records = log.records
+        else:
+            records = [dict(r) for r in log]
+        self._decisions: dict[tuple[str, str, int], Decision] = {}
+        for r in records:
+            d = Decision.from_record(r)
+            self._decisions.setdefault((d.route, d.key, d.attempt), d)
+        self.strict = strict
+        self.clock: Clock = clock if clock is not None else RealClock()
+        self.log = DecisionLog()
+        self.misses: list[tuple[str, str, int]] = []
+        self._lock = threading.Lock()
+        self._attempts: dict[tuple[str, str], int] = {}
+        self._ordinals: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._decisions)
+
+    def decide(self, route: str, key: str = "") -> Decision:
+        """Return the logged decision for the next attempt of ``(route, key)``."""
+        with self._lock:
+            attempt = self._attempts.get((route, key), 0) + 1
+            self._attempts[(route, key)] = attempt
+            ordinal = self._ordinals.get(route, 0) + 1
+            self._ordinals[route] = ordinal
+            found = self._decisions.get((route, key, attempt))
+            if found is None:
+                if self.strict:
+                    raise ReplayMissError(f"no logged decision for route={route!r} key={key!r} attempt={attempt}")
+                self.misses.append((route, key, attempt))
+                found = Decision(route=route, key=key, attempt=attempt, ordinal=ordinal)
+            self.log.append(found.to_record())
+            return found
+
+    def admit(self, route: str, key: str = "") -> Admission | None:
+        """Replays do not enforce limits (refusals come from the log)."""
+        return None
+
+    def release(self, admission: Admission | Decision | None) -> None:
+        """No-op: replayed decisions hold no admission."""
+
+    @property
+    def outstanding(self) -> int:
+        """Always 0: nothing is held during a replay."""
+        return 0
+
+    def reset(self) -> None:
+        """Restart attempt counting and clear the replay's own log and misses."""
+        with self._lock:
+            self._attempts.clear()
+            self._ordinals.clear()
+            self.misses.clear()
+            self.log.clear()
