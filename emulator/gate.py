@@ -8,6 +8,7 @@ engine's clock, and then either answers with the injected fault or lets the real
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -16,13 +17,13 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from emulator import transport
-from emulator.faults import FaultEngine
-from emulator.faults.bodies import MALFORMED_JSON_BODY, default_status_response, sandbox_error_body
+from emulator.faults import Decision, FaultAction, FaultEngine
 from emulator.journal import Journal, JournalEntry
 
 #: Header a client (or a test) may send to name the logical request, instead of the body hash.
 KEY_HEADER = "x-emulator-key"
 
+#: A route's real handler: body in, (response, JSON payload or {}) out.
 Handler = Callable[[bytes], Awaitable[tuple[Response, dict[str, Any]]]]
 
 
@@ -34,7 +35,7 @@ def request_key(headers: Any, body: bytes) -> str:
     return hashlib.blake2b(body, digest_size=8).hexdigest()
 
 
-class _ResetResponse(Response):
+class ResetResponse(Response):
     """Drops the connection instead of answering."""
 
     def __init__(self) -> None:
@@ -44,21 +45,30 @@ class _ResetResponse(Response):
         transport.reset(dict(scope))
 
 
-class _TruncatedResponse(Response):
-    """Announces a Content-Length longer than the bytes it sends, then closes."""
+class TruncatedResponse(Response):
+    """Announces the full Content-Length but sends only part of the body, then closes."""
 
-    def __init__(self, status: int, body: bytes, keep_fraction: float, media_type: str) -> None:
+    def __init__(self, status: int, body: bytes, keep_fraction: float, headers: dict[str, str]) -> None:
         super().__init__(b"", status_code=status)
         self._full = body
-        self._keep = max(0, min(len(body) - 1, int(len(body) * keep_fraction))) if body else 0
-        self._media = media_type
+        self._keep = int(len(body) * keep_fraction)
+        if body and self._keep >= len(body):
+            self._keep = len(body) - 1
+        self._headers = headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        head = (
-            f"HTTP/1.1 {self.status_code} OK\r\ncontent-type: {self._media}\r\n"
-            f"content-length: {len(self._full)}\r\nserver: uvicorn\r\n\r\n"
-        ).encode("latin-1")
+        lines = [f"HTTP/1.1 {self.status_code} OK", "server: uvicorn", f"content-length: {len(self._full)}"]
+        lines += [f"{k}: {v}" for k, v in self._headers.items() if k.lower() != "content-length"]
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         transport.write_then_close(dict(scope), head + self._full[: self._keep])
+
+
+def _action_response(action: FaultAction, extra_headers: dict[str, str]) -> Response:
+    headers = action.header_dict()
+    media = headers.pop("Content-Type", None) or headers.pop("content-type", None) or "application/json"
+    headers.update(extra_headers)
+    body = (action.body or "").encode()
+    return Response(body, status_code=action.status or 500, headers=headers, media_type=media)
 
 
 class FaultGate:
@@ -74,88 +84,55 @@ class FaultGate:
         decision = self.engine.decide(route, key)
         entry = self.journal.begin(route, request.method, request.url.path, key, decision.attempt)
         entry.injected_latency = decision.latency
-        if decision.fault is not None:
-            entry.fault = decision.fault.kind
-        if decision.rule_id is not None:
-            entry.detail["rule"] = decision.rule_id
-        admission = self.engine.admit(route, key)
+        if decision.action is not None:
+            entry.fault = decision.action.kind
+            entry.detail["rule"] = decision.rule_id or decision.limit
         try:
-            if not admission.admitted:
-                entry.fault = "limit"
-                entry.detail["limit"] = admission.limit_name
-                response = Response(
-                    admission.body.encode(), status_code=admission.status, headers=dict(admission.headers)
-                )
-                return self._done(entry, response, "limited")
-            if decision.latency > 0:
-                await self.engine.clock.sleep(decision.latency)
-            return await self._answer(route, entry, decision, body, request, handler)
+            response, outcome = await self._answer(decision, body, handler)
         except BaseException:
             self.journal.end(entry, None, "cancelled")
             raise
         finally:
-            self.engine.release(admission)
-
-    def _done(self, entry: JournalEntry, response: Response, outcome: str) -> Response:
-        status = None if isinstance(response, _ResetResponse | _TruncatedResponse) else response.status_code
+            self.engine.release(decision)
+        for name, value in decision.limit_headers:
+            response.headers[name] = value
+        status = None if isinstance(response, ResetResponse | TruncatedResponse) else response.status_code
         self.journal.end(entry, status, outcome)
         return response
 
-    async def _answer(
-        self, route: str, entry: JournalEntry, decision: Any, body: bytes, request: Request, handler: Handler
-    ) -> Response:
-        fault = decision.fault
-        if fault is None or fault.kind == "null_stdout":
-            response, payload = await handler(body)
-            if fault is not None and response.status_code == 200 and isinstance(payload.get("run_result"), dict):
-                payload["run_result"]["stdout"] = None
-                from emulator.sandbox_fusion.routes import json_response
-
-                response = json_response(payload)
-            outcome = "ok" if response.status_code < 400 else "invalid"
-            return self._done(entry, response, "fault" if fault is not None else outcome)
-        if fault.kind == "hang":
-            await self.engine.clock.sleep(fault.hang_seconds)
-            if fault.then_reset or fault.status is None:
-                return self._done(entry, _ResetResponse(), "reset")
-            return self._done(entry, self._status_response(route, fault.status, fault), "fault")
-        if fault.kind == "status":
-            assert fault.status is not None
-            return self._done(entry, self._status_response(route, fault.status, fault), "fault")
-        if fault.kind == "reset":
-            return self._done(entry, _ResetResponse(), "reset")
-        if fault.kind == "malformed":
-            text = fault.body if fault.body is not None else MALFORMED_JSON_BODY
-            return self._done(entry, Response(text.encode(), media_type="application/json"), "fault")
-        if fault.kind == "sandbox_error":
-            text = fault.body if fault.body is not None else sandbox_error_body(**_message(fault), route=route)
-            return self._done(entry, Response(text.encode(), media_type="application/json"), "fault")
-        if fault.kind == "truncate":
+    async def _answer(self, decision: Decision, body: bytes, handler: Handler) -> tuple[Response, str]:
+        action = decision.action
+        if decision.latency > 0:
+            await self.engine.clock.sleep(decision.latency)
+        if action is None:
             response, _ = await handler(body)
-            return self._done(
-                entry,
-                _TruncatedResponse(
-                    response.status_code, bytes(response.body), fault.keep_fraction, "application/json"
-                ),
-                "fault",
-            )
-        raise ValueError(f"unknown fault kind {fault.kind!r}")
+            return response, "ok" if response.status_code < 400 else "invalid"
+        if action.kind == "null_stdout":
+            response, payload = await handler(body)
+            run_result = payload.get("run_result")
+            if isinstance(run_result, dict):
+                run_result["stdout"] = None
+                response = _json(payload, response.status_code)
+            return response, "fault"
+        if action.kind == "hang":
+            await self.engine.clock.sleep(action.hang_seconds)
+            if action.then_reset:
+                return ResetResponse(), "reset"
+            return _action_response(action, {}), "fault"
+        if action.kind == "reset":
+            return ResetResponse(), "reset"
+        if action.kind == "truncate":
+            if action.body is None:
+                real, _ = await handler(body)
+                full, status = bytes(real.body), real.status_code
+            else:
+                full, status = action.body.encode(), action.status or 200
+            headers = action.header_dict()
+            return TruncatedResponse(status, full, action.keep_fraction, headers), "fault"
+        # status, limited, malformed, sandbox_error: answered without running anything
+        return _action_response(action, {}), "limited" if action.kind == "limited" else "fault"
 
-    @staticmethod
-    def _status_response(route: str, status: int, fault: Any) -> Response:
-        text, headers = default_status_response(status, route)
-        if fault.retry_after is not None:
-            headers["Retry-After"] = _seconds_header(fault.retry_after)
-        if fault.body is not None:
-            text = fault.body
-        headers.update(dict(fault.headers))
-        media = headers.pop("Content-Type", "application/json")
-        return Response(text.encode(), status_code=status, headers=headers, media_type=media)
 
-
-def _message(fault: Any) -> dict[str, str]:
-    return {"message": fault.message} if fault.message is not None else {}
-
-
-def _seconds_header(seconds: float) -> str:
-    return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
+def _json(payload: dict[str, Any], status: int) -> Response:
+    data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+    return Response(data, status_code=status, media_type="application/json")

@@ -42,8 +42,8 @@ class JupyterRunner:
                 config = {
                     "kernel": request.kernel,
                     "cells": request.cells,
-                    "cell_timeout": request.cell_timeout,
-                    "total_timeout": request.total_timeout,
+                    "cell_timeout": float(request.cell_timeout),
+                    "total_timeout": float(request.total_timeout),
                 }
                 workdir.write_file("config.json", json.dumps(config).encode())
                 script = workdir.new_script(".py")
