@@ -140,7 +140,15 @@ def test_refusal_skips_rules_and_limit_checked_before_rules() -> None:
 def test_daytona_headers() -> None:
     clock = ManualClock()
     engine = _engine(
-        [{"name": "sandbox-create", "route": "daytona.sandbox.create", "rate": 5, "burst": 2, "headers_style": "daytona"}],
+        [
+            {
+                "name": "sandbox-create",
+                "route": "daytona.sandbox.create",
+                "rate": 5,
+                "burst": 2,
+                "headers_style": "daytona",
+            }
+        ],
         clock,
     )
     ok = engine.decide("daytona.sandbox.create", "a")

@@ -40,8 +40,13 @@ def test_full_plan_parses() -> None:
             ],
             "limits": [
                 {"route": "sandbox_fusion.*", "max_in_flight": 4},
-                {"name": "sandbox-create", "route": "daytona.sandbox.create", "rate": 5, "burst": 10,
-                 "headers_style": "daytona"},
+                {
+                    "name": "sandbox-create",
+                    "route": "daytona.sandbox.create",
+                    "rate": 5,
+                    "burst": 10,
+                    "headers_style": "daytona",
+                },
             ],
         }
     )
