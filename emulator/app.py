@@ -7,6 +7,7 @@ the journal. Its ``app`` is an ordinary ASGI application.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -89,10 +90,9 @@ class Emulator:
                 return self._executor
             old = self._executor
             if old is not None:
-                try:
+                # An executor bound to a loop that is gone raises here; its processes were already reaped.
+                with contextlib.suppress(RuntimeError):
                     await old.aclose()
-                except RuntimeError:  # bound to a loop that is gone; its processes were already reaped
-                    pass
             executor = Executor(self.config.executor)
             await executor.start()
             self._executor, self._loop = executor, loop
@@ -121,14 +121,20 @@ class Emulator:
         gate = self.gate
 
         async def run_code(request: Request) -> Response:
-            service = await self._sandbox_fusion()
             ctype = request.headers.get("content-type")
-            return await gate.handle(ROUTE_RUN_CODE, request, lambda body: service.run_code(body, ctype))
+
+            async def answer(body: bytes) -> tuple[Response, dict[str, Any]]:
+                return await (await self._sandbox_fusion()).run_code(body, ctype)
+
+            return await gate.handle(ROUTE_RUN_CODE, request, answer)
 
         async def run_jupyter(request: Request) -> Response:
-            service = await self._sandbox_fusion()
             ctype = request.headers.get("content-type")
-            return await gate.handle(ROUTE_RUN_JUPYTER, request, lambda body: service.run_jupyter(body, ctype))
+
+            async def answer(body: bytes) -> tuple[Response, dict[str, Any]]:
+                return await (await self._sandbox_fusion()).run_jupyter(body, ctype)
+
+            return await gate.handle(ROUTE_RUN_JUPYTER, request, answer)
 
         async def ping(request: Request) -> Response:
             async def answer(_: bytes) -> tuple[Response, dict[str, Any]]:

@@ -18,7 +18,7 @@ from starlette.types import Receive, Scope, Send
 
 from emulator import transport
 from emulator.faults import Decision, FaultAction, FaultEngine
-from emulator.journal import Journal, JournalEntry
+from emulator.journal import Journal
 
 #: Header a client (or a test) may send to name the logical request, instead of the body hash.
 KEY_HEADER = "x-emulator-key"

@@ -8,6 +8,7 @@ socket (httpx's ``ASGITransport``), a reset is raised as :class:`EmulatedConnect
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import struct
 from typing import Any
@@ -66,10 +67,8 @@ def reset(scope: dict[str, Any]) -> None:
         raise EmulatedConnectionReset("connection reset by the emulator (injected fault)")
     sock = transport.get_extra_info("socket")
     if sock is not None:
-        try:
+        with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        except OSError:
-            pass
     transport.abort()
 
 

@@ -28,7 +28,12 @@ FAULTS = {
     "seed": 7,
     "rules": [
         {"id": "gateway-504", "route": "sandbox_fusion.run_code", "requests": "2-3", "fault": {"status": 504}},
-        {"id": "throttle", "route": "sandbox_fusion.run_code", "requests": "5", "fault": {"status": 429, "retry_after": 2}},
+        {
+            "id": "throttle",
+            "route": "sandbox_fusion.run_code",
+            "requests": "5",
+            "fault": {"status": 429, "retry_after": 2},
+        },
     ],
 }
 
@@ -54,8 +59,7 @@ def summarize(status: int, body: str) -> str:
     run = data.get("run_result") or {}
     out = (run.get("stdout") or "") + (run.get("stderr") or "").splitlines()[-1:].__str__()
     return (
-        f"HTTP {status}  {data['status']:<8} {run.get('status', '-'):<17} rc={run.get('return_code')} "
-        f"out={out[:60]!r}"
+        f"HTTP {status}  {data['status']:<8} {run.get('status', '-'):<17} rc={run.get('return_code')} out={out[:60]!r}"
     )
 
 

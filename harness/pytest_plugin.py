@@ -48,7 +48,9 @@ def sandbox_emulator_session(pytestconfig: pytest.Config) -> Iterator[EmulatorSe
 
 
 @pytest.fixture
-def sandbox_emulator(sandbox_emulator_session: EmulatorServer, request: pytest.FixtureRequest) -> Iterator[EmulatorServer]:
+def sandbox_emulator(
+    sandbox_emulator_session: EmulatorServer, request: pytest.FixtureRequest
+) -> Iterator[EmulatorServer]:
     emulator = sandbox_emulator_session.emulator
     marker = request.node.get_closest_marker("faults")
     emulator.set_faults(marker.args[0] if marker and marker.args else None)

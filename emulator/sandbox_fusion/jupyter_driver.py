@@ -29,7 +29,7 @@ def _run_cell(source, namespace, counter):  # type: ignore[no-untyped-def]
     error = []
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = out, err
-    filename = "<cell-%d>" % counter
+    filename = f"<cell-{counter}>"
     try:
         tree = ast.parse(source, filename=filename, mode="exec")
         last_expr = None
@@ -41,7 +41,7 @@ def _run_cell(source, namespace, counter):  # type: ignore[no-untyped-def]
             if value is not None:
                 namespace["_"] = value
                 display.append({"text/plain": repr(value)})
-    except BaseException as exc:  # noqa: BLE001 - a cell's exception is its answer
+    except BaseException as exc:
         lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
         error.append({"ename": type(exc).__name__, "evalue": str(exc), "traceback": [ln.rstrip("\n") for ln in lines]})
     finally:

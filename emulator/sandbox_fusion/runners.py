@@ -80,7 +80,7 @@ _CPP_OPTIONAL_FLAGS = ("-lcrypto", "-lssl", "-lpthread")
 def tool_path(python: str) -> str:
     """PATH given to programs: the runtime Python's bin dir first (so ``python`` is the runtime), then tools."""
     dirs: list[str] = [os.path.dirname(os.path.abspath(python))]
-    for entry in (os.environ.get("PATH", "").split(os.pathsep) + list(_EXTRA_TOOL_DIRS)):
+    for entry in os.environ.get("PATH", "").split(os.pathsep) + list(_EXTRA_TOOL_DIRS):
         if entry and os.path.isdir(entry) and entry not in dirs:
             dirs.append(entry)
     return os.pathsep.join(dirs)

@@ -126,7 +126,9 @@ async def _one(session: object, url: str) -> None:
         await resp.read()
 
 
-def run_mode(mode: str, levels: list[int], requests: int, python: str | None) -> tuple[list[LevelResult], dict[str, int]]:
+def run_mode(
+    mode: str, levels: list[int], requests: int, python: str | None
+) -> tuple[list[LevelResult], dict[str, int]]:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "harness.cli", "serve", "--port", str(port), "--python-mode", mode]
@@ -191,6 +193,8 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
-                {"levels": [asdict(r) | {"per_second": r.per_second} for r in all_results], "memory": memory}, f, indent=2
+                {"levels": [asdict(r) | {"per_second": r.per_second} for r in all_results], "memory": memory},
+                f,
+                indent=2,
             )
     return 0 if all(r.errors == 0 for r in all_results) else 1

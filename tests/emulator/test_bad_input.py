@@ -1,0 +1,67 @@
+"""Bad input never crashes the server: generated bodies get a valid answer (200 with a run status) or a 422."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import requests
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from emulator.server import EmulatorServer
+
+JSON_SCALARS = (
+    st.none() | st.booleans() | st.integers(-(10**12), 10**12) | st.floats(allow_nan=False) | st.text(max_size=12)
+)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    max_leaves=6,
+)
+FIELDS: dict[str, Any] = {
+    "code": st.text(max_size=40) | JSON_VALUES,
+    "language": st.sampled_from(["python", "bash", "sql", "nodejs", "cobol", "js", "Python", ""]) | JSON_SCALARS,
+    "run_timeout": st.floats(-1, 1.5, allow_nan=False) | st.sampled_from(["1", "x", None, True]),
+    "compile_timeout": st.floats(0, 1.5) | st.sampled_from(["2", None, []]),
+    "memory_limit_MB": st.integers(-5, 4096) | st.sampled_from(["64", 1.5, None]),
+    "stdin": st.none() | st.text(max_size=20) | st.integers(),
+    "files": st.dictionaries(st.text(max_size=12), st.none() | st.text(max_size=12) | st.just("aGk="), max_size=2)
+    | JSON_SCALARS,
+    "fetch_files": st.lists(st.text(max_size=12), max_size=2) | JSON_SCALARS,
+    "extra": JSON_VALUES,
+}
+OBJECT_BODIES = st.fixed_dictionaries({}, optional=FIELDS).map(lambda d: json.dumps(d).encode())
+BODIES = OBJECT_BODIES | st.binary(max_size=120) | JSON_VALUES.map(lambda v: json.dumps(v).encode())
+CONTENT_TYPES = st.sampled_from(["application/json", "text/plain", "application/problem+json", None])
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=BODIES, content_type=CONTENT_TYPES)
+def test_generated_bodies_get_a_valid_answer(
+    sandbox_emulator: EmulatorServer, body: bytes, content_type: str | None
+) -> None:
+    headers = {"Content-Type": content_type} if content_type else {}
+    answer = requests.post(sandbox_emulator.run_code_url, data=body, headers=headers, timeout=30)
+    assert answer.status_code in (200, 422), answer.text[:300]
+    payload = answer.json()
+    if answer.status_code == 200:
+        assert payload["status"] in ("Success", "Failed", "SandboxError")
+        assert set(payload) == {"status", "message", "compile_result", "run_result", "executor_pod_name", "files"}
+    else:
+        assert isinstance(payload["detail"], list) and payload["detail"]
+        assert all({"type", "loc", "msg"} <= set(entry) for entry in payload["detail"])
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cells=st.lists(st.text(max_size=30), max_size=4) | JSON_VALUES)
+def test_generated_jupyter_cells_get_a_valid_answer(sandbox_emulator: EmulatorServer, cells: Any) -> None:
+    answer = requests.post(sandbox_emulator.url + "/run_jupyter", json={"cells": cells, "total_timeout": 5}, timeout=30)
+    assert answer.status_code in (200, 422), answer.text[:300]
+    if answer.status_code == 200:
+        assert answer.json()["status"] in ("Success", "Failed", "SandboxError")
+
+
+def test_server_still_serves_after_fuzzing(sandbox_emulator: EmulatorServer) -> None:
+    answer = requests.post(sandbox_emulator.run_code_url, json={"code": "print('alive')", "language": "python"})
+    assert answer.json()["run_result"]["stdout"] == "alive\n"

@@ -1,0 +1,170 @@
+"""Fault-plan rules as a client sees them on the wire: statuses, headers, bodies, resets, truncation, limits."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import pytest
+import requests
+
+from emulator.journal import Journal
+from emulator.server import EmulatorServer
+
+RUN_CODE = "sandbox_fusion.run_code"
+PRINT = {"code": "print(1)", "language": "python"}
+
+
+def _rule(fault: Any, **extra: Any) -> dict[str, Any]:
+    return {"rules": [{"id": "r", "route": RUN_CODE, "fault": fault, **extra}]}
+
+
+@pytest.mark.faults(_rule({"status": 429, "retry_after": 2}))
+def test_429_has_retry_after(sandbox_fusion_url: str, emulator_journal: Journal) -> None:
+    answer = requests.post(sandbox_fusion_url, json=PRINT, timeout=10)
+    assert answer.status_code == 429
+    assert answer.headers["Retry-After"] == "2"
+    assert [(e.status, e.fault, e.outcome) for e in emulator_journal.entries()] == [(429, "status", "fault")]
+
+
+@pytest.mark.faults(_rule({"status": 504}))
+def test_504_comes_with_a_gateway_page(sandbox_fusion_url: str) -> None:
+    answer = requests.post(sandbox_fusion_url, json=PRINT, timeout=10)
+    assert answer.status_code == 504
+    assert answer.headers["content-type"].startswith("text/html")
+    assert "504 Gateway Time-out" in answer.text
+
+
+@pytest.mark.faults(_rule("reset"))
+def test_reset_drops_the_connection(sandbox_fusion_url: str, emulator_journal: Journal) -> None:
+    with pytest.raises(requests.ConnectionError):
+        requests.post(sandbox_fusion_url, json=PRINT, timeout=10)
+    assert [(e.status, e.outcome) for e in emulator_journal.entries()] == [(None, "reset")]
+
+
+@pytest.mark.faults(_rule({"truncate": {"keep_fraction": 0.5}}))
+def test_truncated_body_is_an_error_for_the_client(sandbox_fusion_url: str) -> None:
+    with pytest.raises((requests.exceptions.ChunkedEncodingError, requests.ConnectionError)):
+        requests.post(sandbox_fusion_url, json=PRINT, timeout=10)
+
+
+@pytest.mark.faults(_rule("malformed"))
+def test_malformed_body_is_200_but_not_json(sandbox_fusion_url: str) -> None:
+    answer = requests.post(sandbox_fusion_url, json=PRINT, timeout=10)
+    assert answer.status_code == 200
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(answer.text)
+
+
+@pytest.mark.faults(_rule("sandbox_error"))
+def test_sandbox_error_has_the_recorded_shape(sandbox_fusion_url: str) -> None:
+    body = requests.post(sandbox_fusion_url, json=PRINT, timeout=10).json()
+    assert body["status"] == "SandboxError"
+    assert body["run_result"]["status"] == "Error"
+    assert body["run_result"]["stdout"] is None
+    assert "the handler is closed" in body["message"]
+
+
+@pytest.mark.faults(_rule({"hang": {"seconds": 0.3, "then": 504}}))
+def test_hang_then_gateway_timeout(sandbox_fusion_url: str) -> None:
+    started = time.monotonic()
+    answer = requests.post(sandbox_fusion_url, json=PRINT, timeout=10)
+    assert answer.status_code == 504
+    assert time.monotonic() - started >= 0.3
+
+
+@pytest.mark.faults(_rule({"status": 504}, requests="3-5"))
+def test_scripted_schedule(sandbox_fusion_url: str) -> None:
+    statuses = [
+        requests.post(sandbox_fusion_url, json={"code": f"print({i})", "language": "python"}, timeout=10).status_code
+        for i in range(1, 8)
+    ]
+    assert statuses == [200, 200, 504, 504, 504, 200, 200]
+
+
+@pytest.mark.faults({"rules": [{"id": "slow", "route": RUN_CODE, "latency": {"fixed": 0.25}}]})
+def test_latency_is_added(sandbox_fusion_url: str, emulator_journal: Journal) -> None:
+    started = time.monotonic()
+    assert requests.post(sandbox_fusion_url, json=PRINT, timeout=10).status_code == 200
+    assert time.monotonic() - started >= 0.25
+    assert emulator_journal.entries()[0].injected_latency == pytest.approx(0.25)
+
+
+@pytest.mark.faults(_rule("null_stdout"))
+def test_null_stdout_runs_the_code_but_hides_stdout(sandbox_fusion_url: str) -> None:
+    body = requests.post(sandbox_fusion_url, json=PRINT, timeout=10).json()
+    assert body["status"] == "Success"
+    assert body["run_result"]["stdout"] is None
+    assert body["run_result"]["return_code"] == 0
+
+
+@pytest.mark.faults({"limits": [{"name": "cap", "route": RUN_CODE, "max_in_flight": 2}]})
+def test_concurrency_cap_answers_429_beyond_the_limit(sandbox_fusion_url: str, emulator_journal: Journal) -> None:
+    statuses: list[int] = []
+    lock = threading.Lock()
+
+    def call(i: int) -> None:
+        payload = {"code": f"import time; time.sleep(0.5); print({i})", "language": "python"}
+        status = requests.post(sandbox_fusion_url, json=payload, timeout=30).status_code
+        with lock:
+            statuses.append(status)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(set(statuses)) == [200, 429]
+    assert statuses.count(200) >= 2
+    admitted = [e for e in emulator_journal.entries() if e.status == 200]
+    overlapping = max(sum(1 for o in admitted if o.started <= e.started < (o.finished or 0)) for e in admitted)
+    assert overlapping <= 2
+
+
+def test_same_seed_same_decisions_whatever_the_order(sandbox_emulator: EmulatorServer) -> None:
+    plan = {"seed": 11, "rules": [{"id": "coin", "route": RUN_CODE, "probability": 0.5, "fault": {"status": 503}}]}
+    keys = [f"trajectory-{i}" for i in range(12)]
+
+    def run(order: list[str]) -> dict[str, int]:
+        sandbox_emulator.emulator.set_faults(plan)
+        sandbox_emulator.emulator.reset()
+        got = {}
+        for key in order:
+            answer = requests.post(
+                sandbox_emulator.run_code_url, json=PRINT, headers={"X-Emulator-Key": key}, timeout=10
+            )
+            got[key] = answer.status_code
+        return got
+
+    forward = run(keys)
+    backward = run(list(reversed(keys)))
+    assert forward == backward
+    assert set(forward.values()) == {200, 503}
+
+
+def test_control_plane(sandbox_emulator: EmulatorServer) -> None:
+    base = sandbox_emulator.url + "/_emulator"
+    assert requests.get(base + "/health", timeout=10).json()["status"] == "ok"
+    bad = requests.put(base + "/faults", json={"rules": [{"id": "x", "fault": {"status": "often"}}]}, timeout=10)
+    assert bad.status_code == 400 and "status" in bad.json()["error"]
+    unknown = requests.put(base + "/faults", json={"profile": "no-such-profile"}, timeout=10)
+    assert unknown.status_code == 400 and "calm" in unknown.json()["error"]
+    plan = {"rules": [{"id": "all-503", "route": RUN_CODE, "fault": {"status": 503}}]}
+    assert requests.put(base + "/faults", json=plan, timeout=10).status_code == 200
+    assert requests.post(sandbox_emulator.run_code_url, json=PRINT, timeout=10).status_code == 503
+    journal = requests.get(base + "/journal", timeout=10).json()
+    assert [(e["route"], e["status"], e["fault"]) for e in journal] == [(RUN_CODE, 503, "status")]
+    stats = requests.get(base + "/stats", timeout=10).json()
+    assert stats["by_route"][RUN_CODE]["by_status"] == {"503": 1}
+    decisions = requests.get(base + "/decisions", timeout=10).json()
+    assert decisions[-1]["kind"] == "status" and decisions[-1]["status"] == 503
+    assert requests.post(base + "/reset", timeout=10).json() == {"reset": True}
+    assert requests.get(base + "/journal", timeout=10).json() == []
+
+
+def test_ping(sandbox_emulator: EmulatorServer) -> None:
+    answer = requests.get(sandbox_emulator.url + "/v1/ping", timeout=10)
+    assert answer.status_code == 200
+    assert answer.json() == "pong"
