@@ -11,7 +11,7 @@ from .clock import Clock, ManualClock, RealClock
 from .decision import Admission, Decision, FaultAction
 from .engine import FaultEngine
 from .errors import AdmissionError, FaultPlanError, ReplayMissError
-from .keyed import keyed_uniform
+from .keyed import keyed_uniform, logical_key
 from .latency import FixedLatency, LatencySpec, LognormalLatency, ParetoLatency, UniformLatency
 from .log import DecisionLog, dump_jsonl, load_jsonl
 from .plan import (
@@ -62,5 +62,6 @@ __all__ = [
     "keyed_uniform",
     "load_jsonl",
     "load_plan",
+    "logical_key",
     "profile_names",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["keyed_uniform"]
+__all__ = ["keyed_uniform", "logical_key"]
 
 _SEP = b"\x1f"
 _SCALE = float(2**64)
@@ -24,3 +24,15 @@ def keyed_uniform(seed: int, rule_index: int, route: str, key: str, attempt: int
     parts = (str(seed), str(rule_index), route, key, str(attempt), purpose)
     digest = hashlib.blake2b(_SEP.join(p.encode("utf-8", "surrogatepass") for p in parts), digest_size=8).digest()
     return (int.from_bytes(digest, "big") + 0.5) / _SCALE
+
+
+def logical_key(body: bytes | str, explicit: str | None = None) -> str:
+    """The logical request key the HTTP layer passes to ``decide``.
+
+    An explicit key (e.g. from a request header) wins; otherwise a short hash of the body, so a
+    client retrying the same payload is recognised as the same logical request (attempt 2, 3, ...).
+    """
+    if explicit:
+        return explicit
+    data = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
+    return hashlib.blake2b(data, digest_size=8).hexdigest()

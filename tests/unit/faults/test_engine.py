@@ -259,3 +259,11 @@ def test_latency_is_shared_across_rules_statistically_plausible() -> None:
     lat = [engine.decide("sandbox_fusion.ping", f"k{i}").latency for i in range(3000)]
     # ping gets the lognormal plus sometimes the uniform from the reset rule
     assert 0.04 < statistics.median(lat) < 0.08
+
+
+def test_logical_key() -> None:
+    from emulator.faults import logical_key
+
+    assert logical_key(b'{"code": "print(1)"}') == logical_key('{"code": "print(1)"}')
+    assert logical_key(b"a") != logical_key(b"b")
+    assert logical_key(b"a", "traj-1") == "traj-1"
