@@ -57,9 +57,11 @@ def summarize(status: int, body: str) -> str:
     if status != 200 or not isinstance(data, dict) or "run_result" not in data:
         return f"HTTP {status}  {json.dumps(data)[:90]}"
     run = data.get("run_result") or {}
-    out = (run.get("stdout") or "") + (run.get("stderr") or "").splitlines()[-1:].__str__()
+    stderr_tail = (run.get("stderr") or "").strip().splitlines()[-1:]
+    shown = (run.get("stdout") or "") + (" | " + stderr_tail[0] if stderr_tail else "")
     return (
-        f"HTTP {status}  {data['status']:<8} {run.get('status', '-'):<17} rc={run.get('return_code')} out={out[:60]!r}"
+        f"HTTP {status}  {data['status']:<8} {run.get('status', '-'):<17} rc={run.get('return_code')!s:<4} "
+        f"{shown.strip()[:50]!r}"
     )
 
 

@@ -1,0 +1,73 @@
+"""The in-process ways to use the emulator: httpx's ASGI transport and respx, with no socket at all."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import httpx
+import pytest
+import respx
+
+from emulator.app import Emulator
+from emulator.transport import EmulatedConnectionReset
+
+
+def test_asgi_transport_runs_code() -> None:
+    async def main() -> dict[str, object]:
+        emulator = Emulator()
+        transport = httpx.ASGITransport(app=emulator.app)
+        try:
+            async with httpx.AsyncClient(transport=transport, base_url="http://sandbox") as client:
+                answer = await client.post("/run_code", json={"code": "print(40 + 2)", "language": "python"})
+                assert answer.status_code == 200
+                body: dict[str, object] = answer.json()
+                return body
+        finally:
+            await emulator.aclose()
+
+    body = asyncio.run(main())
+    assert body["status"] == "Success"
+    assert body["run_result"] == {
+        "status": "Finished",
+        "execution_time": body["run_result"]["execution_time"],  # type: ignore[index]
+        "return_code": 0,
+        "stdout": "42\n",
+        "stderr": "",
+    }
+
+
+def test_respx_routes_a_host_to_the_emulator() -> None:
+    async def main() -> int:
+        emulator = Emulator(faults={"rules": [{"id": "x", "route": "sandbox_fusion.ping", "fault": {"status": 503}}]})
+        with respx.mock(assert_all_called=False) as router:
+            router.route(host="sandbox.internal").mock(side_effect=respx.ASGIHandler(emulator.app))
+            async with httpx.AsyncClient() as client:
+                answer = await client.get("http://sandbox.internal/v1/ping")
+        await emulator.aclose()
+        return answer.status_code
+
+    assert asyncio.run(main()) == 503
+
+
+def test_reset_without_a_socket_raises_to_the_client() -> None:
+    async def main() -> None:
+        emulator = Emulator(faults={"rules": [{"id": "r", "route": "sandbox_fusion.*", "fault": "reset"}]})
+        transport = httpx.ASGITransport(app=emulator.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://sandbox") as client:
+            await client.get("/v1/ping")
+
+    with pytest.raises(EmulatedConnectionReset):
+        asyncio.run(main())
+
+
+def test_emulator_imports_no_training_stack() -> None:
+    """``emulator`` must install light and start fast: no verl, Ray, torch or pytest behind any import."""
+    code = (
+        "import sys, emulator.app, emulator.server, emulator.executor, emulator.faults;"
+        "bad = sorted(m for m in ('verl', 'ray', 'torch', 'pytest', 'harness') if m in sys.modules);"
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
