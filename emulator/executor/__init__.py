@@ -1,0 +1,25 @@
+"""Runs user programs for real, isolated, answering like Sandbox Fusion's runner.
+
+Two paths behind one interface: ``faithful`` (a fresh ``python <file>`` per execution, as the
+real server does) and ``fast`` (the script runs in a process forked from a warm zygote
+interpreter).  Both run inside their own session, with rlimits, a scrubbed environment and,
+when we are root, an unprivileged uid.
+"""
+
+from .capture import ABSORB_BYTES, KEEP_BYTES, decode_output
+from .executor import Executor
+from .model import ExecutionRequest, ExecutionResult, ExecutionStatus, ExecutorConfig, PythonMode
+from .workdir import Workdir
+
+__all__ = [
+    "ABSORB_BYTES",
+    "KEEP_BYTES",
+    "ExecutionRequest",
+    "ExecutionResult",
+    "ExecutionStatus",
+    "Executor",
+    "ExecutorConfig",
+    "PythonMode",
+    "Workdir",
+    "decode_output",
+]

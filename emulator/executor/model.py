@@ -1,0 +1,66 @@
+"""Public data types of the executor: configuration, request and result."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+ExecutionStatus = Literal["Finished", "Error", "TimeLimitExceeded"]
+PythonMode = Literal["fast", "faithful"]
+
+
+def default_python() -> str:
+    """Runtime interpreter: $SANDBOX_EMULATOR_PYTHON, else the interpreter running us."""
+    return os.environ.get("SANDBOX_EMULATOR_PYTHON") or sys.executable
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    """How programs are run and contained (the real server has no isolation; we do)."""
+
+    python: str = field(default_factory=default_python)
+    python_mode: PythonMode = "fast"
+    # None = auto: drop to 65534 when running as root, no uid change otherwise.
+    sandbox_uid: int | None = None
+    # None = same number as the uid.
+    sandbox_gid: int | None = None
+    max_processes: int = 512
+    # Safety RLIMIT_AS when a request sets no memory limit (AS only, not the stack, so
+    # threads keep working as on the real server).  4 GiB still lets node and java start.
+    max_address_space_mb: int = 4096
+    max_file_size_mb: int = 64
+    # Parent of per-execution temp dirs (default: tempfile.gettempdir()).
+    temp_root: str | None = None
+
+
+@dataclass(frozen=True)
+class ExecutionRequest:
+    """One program to run, as the real server's runner would run it."""
+
+    argv: Sequence[str]
+    cwd: str
+    timeout: float
+    stdin: bytes | None = None
+    memory_limit_mb: int = -1
+    extra_env: Mapping[str, str] | None = None
+    # Set when argv runs this python file: lets the fast path run it in a warm interpreter.
+    python_script: str | None = None
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    """What Sandbox Fusion's CommandRunResult holds.
+
+    ``execution_time``, ``stdout`` and ``stderr`` follow the real server: for status
+    ``Error`` (sandbox failure before the program ran) ``execution_time`` and ``stdout`` are
+    None and ``stderr`` holds the message.
+    """
+
+    status: ExecutionStatus
+    execution_time: float | None
+    return_code: int | None
+    stdout: str | None
+    stderr: str | None
