@@ -188,7 +188,7 @@ class Emulator:
             return json_response(self.journal.stats())
 
         async def decisions(request: Request) -> Response:
-            return json_response(self.engine.log.records())
+            return json_response(self.engine.log.records)
 
         app.router.add_route("/_emulator/health", health, methods=["GET"])
         app.router.add_route("/_emulator/reset", reset, methods=["POST"])

@@ -55,9 +55,10 @@ else:  # pragma: no cover - depends on the install
     DEFAULT_PROTOCOL = ExposingH11Protocol
 
 
-def transport_of(scope: dict[str, Any]) -> asyncio.Transport | None:
+def transport_of(scope: dict[str, Any]) -> Any:
+    """The connection's transport (asyncio's or uvloop's, which is not an ``asyncio.Transport`` subclass)."""
     transport = scope.get("extensions", {}).get(TRANSPORT_KEY)
-    return transport if isinstance(transport, asyncio.Transport) else None
+    return transport if hasattr(transport, "abort") else None
 
 
 def reset(scope: dict[str, Any]) -> None:
