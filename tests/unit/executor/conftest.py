@@ -1,0 +1,104 @@
+"""Fixtures: one executor per path (fast/faithful) on a long-lived event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from emulator.executor import ExecutionRequest, ExecutionResult, Executor, ExecutorConfig, PythonMode
+
+_TMP_PATH = re.compile(r"/tmp/tmp[a-z0-9_]{8}/tmp[a-z0-9_]{8}\.py")
+
+
+def normalize_paths(text: str | None) -> str | None:
+    """Replace the per-execution script path the way the reference diff harness does."""
+    return None if text is None else _TMP_PATH.sub("/tmp/tmpDIR/tmpFILE.py", text)
+
+
+class Runner:
+    """Runs code through one executor from synchronous tests."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, executor: Executor, mode: PythonMode) -> None:
+        self.loop = loop
+        self.executor = executor
+        self.mode = mode
+
+    def call(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    async def arun(
+        self,
+        code: str | bytes,
+        *,
+        timeout: float = 5.0,
+        stdin: bytes | None = None,
+        memory_limit_mb: int = -1,
+        extra_env: Mapping[str, str] | None = None,
+        files: Mapping[str, bytes] | None = None,
+        fetch: str | None = None,
+    ) -> tuple[ExecutionResult, bytes | None]:
+        with self.executor.workdir() as wd:
+            script = wd.new_script(".py")
+            with open(script, "wb") as f:
+                f.write(code.encode() if isinstance(code, str) else code)
+            for name, data in (files or {}).items():
+                wd.write_file(name, data)
+            result = await self.executor.run(
+                ExecutionRequest(
+                    argv=[self.executor.config.python, script],
+                    cwd=wd.path,
+                    timeout=timeout,
+                    stdin=stdin,
+                    memory_limit_mb=memory_limit_mb,
+                    extra_env=extra_env,
+                    python_script=script,
+                )
+            )
+            fetched = wd.read_file(fetch) if fetch else None
+        return result, fetched
+
+    def run(self, code: str | bytes, **kwargs: Any) -> ExecutionResult:
+        result, _ = self.call(self.arun(code, **kwargs))
+        assert isinstance(result, ExecutionResult)
+        return result
+
+
+@pytest.fixture(scope="session")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture(scope="session")
+def executors(loop: asyncio.AbstractEventLoop) -> Iterator[dict[str, Executor]]:
+    made: dict[str, Executor] = {}
+
+    async def start() -> None:
+        for mode in ("fast", "faithful"):
+            made[mode] = Executor(ExecutorConfig(python_mode=mode))  # type: ignore[arg-type]
+            await made[mode].start()
+
+    loop.run_until_complete(start())
+    yield made
+
+    async def stop() -> None:
+        for executor in made.values():
+            await executor.aclose()
+
+    loop.run_until_complete(stop())
+
+
+@pytest.fixture(params=["fast", "faithful"])
+def runner(request: pytest.FixtureRequest, loop: asyncio.AbstractEventLoop, executors: dict[str, Executor]) -> Runner:
+    mode: PythonMode = request.param
+    return Runner(loop, executors[mode], mode)
+
+
+@pytest.fixture
+def both(loop: asyncio.AbstractEventLoop, executors: dict[str, Executor]) -> dict[str, Runner]:
+    return {mode: Runner(loop, executors[mode], mode) for mode in ("fast", "faithful")}  # type: ignore[misc]
