@@ -11,6 +11,7 @@ also contains ``while True: print()``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 
 # Exact truncation length measured on the real server.
@@ -83,10 +84,8 @@ class StreamCapture:
         if self._reading:
             self._read_available()
         self._stop_reading()
-        try:
+        with contextlib.suppress(OSError):
             os.close(self._fd)
-        except OSError:
-            pass
         return bytes(self._kept)
 
 
@@ -133,7 +132,5 @@ class StdinFeeder:
         if not self._closed:
             self._closed = True
             self._view = memoryview(b"")
-            try:
+            with contextlib.suppress(OSError):
                 os.close(self._fd)
-            except OSError:
-                pass

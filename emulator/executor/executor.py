@@ -54,9 +54,7 @@ class Executor:
         if uid is not None and euid != 0:
             raise ValueError("sandbox_uid needs the emulator to run as root")
         self._uid = uid
-        self._gid = None if uid is None else (
-            self.config.sandbox_gid if self.config.sandbox_gid is not None else uid
-        )
+        self._gid = None if uid is None else (self.config.sandbox_gid if self.config.sandbox_gid is not None else uid)
         runtime_bin = os.path.dirname(os.path.abspath(self.config.python))
         self._path_env = f"{runtime_bin}:{_SYSTEM_PATH}"
         self._zygote: Zygote | None = None
@@ -146,11 +144,7 @@ class Executor:
             return False
         if 0 < request.memory_limit_mb < _FAST_MIN_MEMORY_MB:
             return False
-        if request.extra_env and any(
-            key.startswith(_STARTUP_ENV_PREFIXES) for key in request.extra_env
-        ):
-            return False
-        return True
+        return not (request.extra_env and any(key.startswith(_STARTUP_ENV_PREFIXES) for key in request.extra_env))
 
     def _limits(self, request: ExecutionRequest) -> dict[str, int]:
         mib = 1024 * 1024
@@ -199,9 +193,7 @@ class Executor:
                 _log.warning("zygote lost before start, retrying (%d)", attempt + 1)
         return _error_result("sandbox executor unavailable")
 
-    async def _run_once(
-        self, zygote: Zygote, request: ExecutionRequest, msg: dict[str, Any]
-    ) -> ExecutionResult:
+    async def _run_once(self, zygote: Zygote, request: ExecutionRequest, msg: dict[str, Any]) -> ExecutionResult:
         loop = asyncio.get_running_loop()
         stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
@@ -223,9 +215,7 @@ class Executor:
         out = StreamCapture(loop, out_r)
         err = StreamCapture(loop, err_r)
         try:
-            return await self._supervise(
-                zygote, request, req_id, pending, t0, out, err, status_r
-            )
+            return await self._supervise(zygote, request, req_id, pending, t0, out, err, status_r)
         finally:
             feeder.close()
             out.close()
@@ -248,9 +238,7 @@ class Executor:
         timed_out = False
         rc: int | None = None
         try:
-            rc = await asyncio.wait_for(
-                asyncio.shield(pending.exited), max(deadline - time.monotonic(), 0)
-            )
+            rc = await asyncio.wait_for(asyncio.shield(pending.exited), max(deadline - time.monotonic(), 0))
         except asyncio.TimeoutError:
             timed_out = True
         except ZygoteLost:

@@ -60,16 +60,7 @@ class Zygote:
         """Launch the zygote and wait until it has pre-imported and is serving."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            self._proc = subprocess.Popen(
-                [self._python, ZYGOTE_SCRIPT, str(theirs.fileno())],
-                pass_fds=[theirs.fileno()],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                env=self._env,
-                cwd="/",
-                start_new_session=True,
-            )
+            self._proc = self._launch(theirs.fileno())
         except BaseException:
             ours.close()
             raise
@@ -77,10 +68,10 @@ class Zygote:
             theirs.close()
         # Children reuse the zygote's sys.stdin object, so stdin must look like a pipe that
         # is not a tty; EOF right away.
-        assert self._proc.stdin is not None and self._proc.stderr is not None
+        assert self._proc.stdin is not None and self._proc.stdout is not None
         self._proc.stdin.close()
-        self._stderr_fd = os.dup(self._proc.stderr.fileno())
-        self._proc.stderr.close()
+        self._stderr_fd = os.dup(self._proc.stdout.fileno())
+        self._proc.stdout.close()
         os.set_blocking(self._stderr_fd, False)
         self._loop.add_reader(self._stderr_fd, self._on_stderr)
         ours.setblocking(False)
@@ -94,6 +85,20 @@ class Zygote:
             raise
         self.pid = int(info["pid"])
         _log.debug("zygote %s ready (python %s)", self.pid, info.get("version"))
+
+    def _launch(self, fd: int) -> subprocess.Popen[bytes]:
+        """Start the zygote process (a quick fork+exec; it signals readiness on the socket)."""
+        return subprocess.Popen(
+            [self._python, ZYGOTE_SCRIPT, str(fd)],
+            pass_fds=[fd],
+            stdin=subprocess.PIPE,
+            # Pipes like a child's: forked children reuse the zygote's sys.std* objects.
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=self._env,
+            cwd="/",
+            start_new_session=True,
+        )
 
     # --- I/O ---------------------------------------------------------------------------
 

@@ -22,19 +22,20 @@ import sys
 if sys.path and sys.path[0] == __file__.rpartition("/")[0]:
     del sys.path[0]
 
-import array  # noqa: E402
-import builtins  # noqa: E402
-import ctypes  # noqa: E402
-import errno  # noqa: E402
-import gc  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import resource  # noqa: E402
-import selectors  # noqa: E402
-import signal  # noqa: E402
-import socket  # noqa: E402
-import types  # noqa: E402
-from typing import Any, NoReturn  # noqa: E402
+import array
+import builtins
+import contextlib
+import ctypes
+import errno
+import gc
+import json
+import os
+import resource
+import selectors
+import signal
+import socket
+import types
+from typing import Any, NoReturn
 
 _SELF_FILE = __file__
 _MAX_MSG = 1 << 18
@@ -74,6 +75,71 @@ _PREIMPORT = (
     "keyword",
     "importlib.machinery",
 )
+
+# Recursion-depth calibration: user code runs one module frame (and, on some versions, one
+# C-level eval entry) deeper than in ``python <file>``.  We measure the depth a recursive
+# function reaches here and in a fresh interpreter, and shift the recursion limit by the
+# difference in children, so RecursionError happens at the same depth (same traceback).
+_CALIBRATE_SRC = (
+    "def _f(n):\n    try:\n        return _f(n + 1)\n    except RecursionError:\n        return n\ndepth = _f(1)\n"
+)
+_RECURSION_OFFSET = 0
+
+
+def _fresh_depth() -> int | None:
+    """Depth reached by the calibration code in a fresh interpreter (None if unknown)."""
+    read_fd, write_fd = os.pipe()
+    try:
+        pid = os.posix_spawn(
+            sys.executable,
+            [sys.executable, "-c", _CALIBRATE_SRC + "print(depth)\n"],
+            dict(os.environ),
+            file_actions=[(os.POSIX_SPAWN_DUP2, write_fd, 1), (os.POSIX_SPAWN_CLOSE, read_fd)],
+        )
+    except OSError:
+        os.close(read_fd)
+        os.close(write_fd)
+        return None
+    os.close(write_fd)
+    chunks = []
+    while True:
+        chunk = os.read(read_fd, 4096)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(read_fd)
+    _, status = os.waitpid(pid, 0)
+    try:
+        return int(b"".join(chunks)) if os.waitstatus_to_exitcode(status) == 0 else None
+    except ValueError:
+        return None
+
+
+class _RecursionLimitShim:
+    """sys.get/setrecursionlimit that hide the calibration offset from user code."""
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+        self.real_get = sys.getrecursionlimit
+        self.real_set = sys.setrecursionlimit
+
+    def install(self) -> None:
+        offset, real_get, real_set = self.offset, self.real_get, self.real_set
+
+        def getrecursionlimit() -> int:
+            return real_get() - offset
+
+        def setrecursionlimit(limit: int, /) -> None:
+            real_set(limit)  # validates (type, >= 1) exactly like CPython
+            real_set(real_get() + offset)
+
+        for shim, real in ((getrecursionlimit, real_get), (setrecursionlimit, real_set)):
+            shim.__module__ = "sys"
+            shim.__doc__ = real.__doc__
+        real_set(real_get() + offset)
+        sys.getrecursionlimit = getrecursionlimit
+        sys.setrecursionlimit = setrecursionlimit
+
 
 # --- libc via ctypes --------------------------------------------------------------------
 
@@ -148,9 +214,7 @@ class _State:
 class _Job:
     """A Python script prepared for execution in a forked child (fast path)."""
 
-    def __init__(
-        self, namespace: dict[str, Any], code: types.CodeType | None, error: BaseException | None
-    ) -> None:
+    def __init__(self, namespace: dict[str, Any], code: types.CodeType | None, error: BaseException | None) -> None:
         self.namespace = namespace
         self.code = code
         self.error = error
@@ -260,9 +324,7 @@ def _drop_privileges(uid: int, gid: int) -> None:
     data[0].permitted = bit
     data[0].inheritable = bit
     _check(_libc.capset(ctypes.byref(header), data), "capset")
-    _check(
-        _prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE, _CAP_DAC_READ_SEARCH), "PR_CAP_AMBIENT"
-    )
+    _check(_prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE, _CAP_DAC_READ_SEARCH), "PR_CAP_AMBIENT")
     _check(_prctl(_PR_SET_NO_NEW_PRIVS, 1), "PR_SET_NO_NEW_PRIVS")
 
 
@@ -301,14 +363,9 @@ def _child_setup(req: dict[str, Any], fds: list[int], zygote_pid: int) -> int:
 
 def _child_fail(status_fd: int, exc: BaseException) -> NoReturn:
     """Report a setup/exec failure on the status pipe and exit."""
-    if isinstance(exc, _ExecError):
-        msg = f"exec\n{exc}"
-    else:
-        msg = f"preexec\n{type(exc).__name__}: {exc}"
-    try:
+    msg = f"exec\n{exc}" if isinstance(exc, _ExecError) else f"preexec\n{type(exc).__name__}: {exc}"
+    with contextlib.suppress(OSError):
         os.write(status_fd, msg.encode("utf-8", "replace"))
-    except OSError:
-        pass
     os._exit(1)
 
 
@@ -327,6 +384,8 @@ def _child_exec(req: dict[str, Any], status_fd: int) -> NoReturn:
 def _child_prepare_python(req: dict[str, Any]) -> _Job:
     """Fast path: make this interpreter look like ``python <script>`` just started."""
     path: str = req["script"]
+    if _RECURSION_OFFSET > 0:
+        _RecursionLimitShim(_RECURSION_OFFSET).install()
     sys.argv = [path]
     if hasattr(sys, "orig_argv"):
         sys.orig_argv = [req["argv"][0], path]
@@ -339,22 +398,20 @@ def _child_prepare_python(req: dict[str, Any]) -> _Job:
     os.environ.update(req["env"])
     import importlib.machinery
 
+    # Same keys, in the same order, as the __main__ of ``python <file>``.
     module = types.ModuleType("__main__")
     namespace = module.__dict__
+    namespace["__annotations__"] = {}
+    namespace["__builtins__"] = builtins
     namespace["__file__"] = path
     namespace["__cached__"] = None
-    namespace["__builtins__"] = builtins
     namespace["__loader__"] = importlib.machinery.SourceFileLoader("__main__", path)
-    namespace["__package__"] = None
-    namespace["__spec__"] = None
     sys.modules["__main__"] = module
     try:
         with open(path, "rb") as f:
             source = f.read()
     except OSError as exc:
-        sys.stderr.write(
-            f"{req['argv'][0]}: can't open file {path!r}: [Errno {exc.errno}] {exc.strerror}\n"
-        )
+        sys.stderr.write(f"{req['argv'][0]}: can't open file {path!r}: [Errno {exc.errno}] {exc.strerror}\n")
         sys.stderr.flush()
         os._exit(2)
     try:
@@ -400,10 +457,8 @@ def _spawn(req: dict[str, Any], fds: list[int]) -> _Job | None:
 def _kill_group(pid: int) -> None:
     """SIGKILL a child's process group (and the child itself, in case setsid did not run)."""
     for kill in (os.killpg, os.kill):
-        try:
+        with contextlib.suppress(OSError):
             kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
 
 
 def _reap() -> None:
@@ -416,10 +471,8 @@ def _reap() -> None:
         if info is None or info.si_pid == 0:
             return
         pid = info.si_pid
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
         _, status = os.waitpid(pid, 0)
         req_id = _State.children.pop(pid, None)
         if req_id is not None:
@@ -432,10 +485,8 @@ def _shutdown() -> NoReturn:
     for pid in list(_State.children):
         _kill_group(pid)
     for pid in list(_State.children):
-        try:
+        with contextlib.suppress(OSError):
             os.waitpid(pid, 0)
-        except OSError:
-            pass
     os._exit(0)
 
 
@@ -550,7 +601,7 @@ def _print_exception(exc: BaseException) -> None:
     exc.__traceback__ = tb
     sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, tb
     if sys.version_info >= (3, 12):
-        setattr(sys, "last_exc", exc)
+        sys.last_exc = exc
     hook = getattr(sys, "excepthook", None)
     if hook is None:
         if sys.__stderr__ is not None:
@@ -614,7 +665,7 @@ def _finish(exc: BaseException | None, job: _Job) -> NoReturn:
     try:
         threading = sys.modules.get("threading")
         if threading is not None:
-            threading._shutdown()  # type: ignore[attr-defined]
+            threading._shutdown()
     except BaseException:
         pass
     try:
@@ -638,15 +689,17 @@ def _finish(exc: BaseException | None, job: _Job) -> NoReturn:
     os._exit(code)
 
 
-def _main() -> _Job:
-    """Start the zygote: pre-import, freeze the heap and serve requests."""
+def _main(our_depth: int) -> _Job:
+    """Start the zygote: calibrate, pre-import, freeze the heap and serve requests."""
+    global _RECURSION_OFFSET
+    fresh = _fresh_depth()
+    if fresh is not None and 0 < our_depth < fresh:
+        _RECURSION_OFFSET = fresh - our_depth
     sock = socket.socket(fileno=int(sys.argv[1]))
     sock.setblocking(True)
     for name in _PREIMPORT:
-        try:
+        with contextlib.suppress(ImportError):
             __import__(name)
-        except ImportError:
-            pass
     gc.collect()
     if hasattr(gc, "freeze"):
         gc.freeze()
@@ -654,7 +707,11 @@ def _main() -> _Job:
 
 
 if __name__ == "__main__":
-    _job = _main()
+    # Calibrate at module level: the same stack depth at which user code is exec'd below.
+    _calibration: dict[str, Any] = {}
+    exec(compile(_CALIBRATE_SRC, "<calibrate>", "exec"), _calibration)
+    _job = _main(int(_calibration.pop("depth")))
+    del _calibration
     _exc = _job.error
     if _exc is None and _job.code is not None:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -43,8 +44,7 @@ class Runner:
     ) -> tuple[ExecutionResult, bytes | None]:
         with self.executor.workdir() as wd:
             script = wd.new_script(".py")
-            with open(script, "wb") as f:
-                f.write(code.encode() if isinstance(code, str) else code)
+            wd.write_file(os.path.basename(script), code.encode() if isinstance(code, str) else code)
             for name, data in (files or {}).items():
                 wd.write_file(name, data)
             result = await self.executor.run(
