@@ -54,11 +54,11 @@ class TruncatedResponse(Response):
         self._keep = int(len(body) * keep_fraction)
         if body and self._keep >= len(body):
             self._keep = len(body) - 1
-        self._headers = headers
+        self._extra_headers = headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         lines = [f"HTTP/1.1 {self.status_code} OK", "server: uvicorn", f"content-length: {len(self._full)}"]
-        lines += [f"{k}: {v}" for k, v in self._headers.items() if k.lower() != "content-length"]
+        lines += [f"{k}: {v}" for k, v in self._extra_headers.items() if k.lower() != "content-length"]
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         transport.write_then_close(dict(scope), head + self._full[: self._keep])
 

@@ -6,6 +6,8 @@ the per-cell results to ``cells.json``. Per cell: stdout, stderr, ``display`` (t
 as ``{"text/plain": repr}``, like a notebook's Out[n]) and ``error`` (``ename``, ``evalue``, ``traceback``).
 """
 
+from __future__ import annotations
+
 import ast
 import io
 import json
@@ -13,28 +15,31 @@ import os
 import signal
 import sys
 import traceback
+from typing import Any
 
 
 class _CellTimeout(Exception):
     pass
 
 
-def _on_alarm(signum, frame):  # type: ignore[no-untyped-def]
+def _on_alarm(signum: int, frame: Any) -> None:
     raise _CellTimeout("Cell execution timed out")
 
 
-def _run_cell(source, namespace, counter):  # type: ignore[no-untyped-def]
+def _run_cell(source: str, namespace: dict[str, Any], counter: int) -> dict[str, Any]:
     out, err = io.StringIO(), io.StringIO()
-    display = []
-    error = []
+    display: list[dict[str, str]] = []
+    error: list[dict[str, Any]] = []
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = out, err
     filename = f"<cell-{counter}>"
     try:
         tree = ast.parse(source, filename=filename, mode="exec")
         last_expr = None
-        if tree.body and isinstance(tree.body[-1], ast.Expr):
-            last_expr = ast.Expression(tree.body.pop().value)
+        tail = tree.body[-1] if tree.body else None
+        if isinstance(tail, ast.Expr):
+            tree.body.pop()
+            last_expr = ast.Expression(tail.value)
         exec(compile(tree, filename, "exec"), namespace)
         if last_expr is not None:
             value = eval(compile(last_expr, filename, "eval"), namespace)
@@ -49,14 +54,14 @@ def _run_cell(source, namespace, counter):  # type: ignore[no-untyped-def]
     return {"stdout": out.getvalue(), "stderr": err.getvalue(), "display": display, "error": error}
 
 
-def main():  # type: ignore[no-untyped-def]
+def main() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     with open(os.path.join(here, "config.json")) as f:
         config = json.load(f)
     print("config: \n" + json.dumps(config, indent=2))
     cell_timeout = float(config.get("cell_timeout") or 0)
-    namespace = {"__name__": "__main__"}
-    results = []
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    results: list[dict[str, Any]] = []
     signal.signal(signal.SIGALRM, _on_alarm)
     for index, cell in enumerate(config["cells"]):
         if cell_timeout > 0:
