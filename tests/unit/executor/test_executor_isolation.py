@@ -1,0 +1,326 @@
+"""Isolation and containment: our additions to the real server, on both paths."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from emulator.executor import ExecutionRequest, ExecutionResult, Executor, ExecutorConfig
+
+from .conftest import Runner
+
+ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not ROOT, reason="uid drop and capabilities need root")
+
+
+def _session_members(sid: int) -> list[int]:
+    """Pids of live (non-zombie) processes in session ``sid``."""
+    members = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] != "Z" and int(fields[3]) == sid:
+            members.append(int(name))
+    return members
+
+
+def _wait_gone(pids: list[int], within: float = 2.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        alive = [pid for pid in pids if os.path.exists(f"/proc/{pid}") and not _is_zombie(pid)]
+        if not alive:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
+
+
+def test_environment_is_scrubbed(monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop) -> None:
+    monkeypatch.setenv("SANDBOX_EMULATOR_TEST_SECRET", "hunter2")
+    code = "import os\nprint(sorted(os.environ.items()))\nprint(os.environ['HOME'] == os.getcwd())"
+    for mode in ("fast", "faithful"):
+        executor = Executor(ExecutorConfig(python_mode=mode))  # type: ignore[arg-type]
+        runner = Runner(loop, executor, mode)  # type: ignore[arg-type]
+        try:
+            got = runner.run(code, extra_env={"EXTRA": "1"})
+            assert got.return_code == 0, got.stderr
+            assert "hunter2" not in (got.stdout or "")
+            lines = (got.stdout or "").splitlines()
+            keys = [item.split("'")[1] for item in lines[0].strip("[]").split("), (")]
+            assert keys == ["EXTRA", "HOME", "LANG", "LC_ALL", "PATH", "TMPDIR"]
+            assert lines[1] == "True"
+            pid = executor.zygote_pid
+            assert pid is not None
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                assert b"hunter2" not in f.read()
+        finally:
+            runner.call(executor.aclose())
+
+
+@needs_root
+def test_runs_unprivileged_with_only_dac_read_search(runner: Runner) -> None:
+    code = (
+        "import os, subprocess\n"
+        "print(os.getuid(), os.geteuid(), os.getgid(), os.getgroups())\n"
+        "def caps(text):\n"
+        "    return [l for l in text.splitlines() if l.startswith(('Cap', 'NoNewPrivs'))]\n"
+        "print(caps(open('/proc/self/status').read()))\n"
+        "print(caps(subprocess.run(['cat', '/proc/self/status'], capture_output=True, text=True).stdout))\n"
+        "open('mine.txt', 'w').write('ok')\n"
+        "try:\n    open('/etc/passwd', 'a')\nexcept PermissionError as e:\n    print('no write:', e.errno)\n"
+    )
+    got = runner.run(code)
+    assert got.return_code == 0, got.stderr
+    lines = (got.stdout or "").splitlines()
+    assert lines[0] == "65534 65534 65534 []"
+    expected = [
+        "CapInh:\t0000000000000004",
+        "CapPrm:\t0000000000000004",
+        "CapEff:\t0000000000000004",
+        "CapBnd:\t0000000000000004",
+        "CapAmb:\t0000000000000004",
+        "NoNewPrivs:\t1",
+    ]
+    assert lines[1] == lines[2] == repr(expected)
+    assert lines[3] == "no write: 13"
+
+
+def test_rlimits(runner: Runner) -> None:
+    code = (
+        "import resource as r\n"
+        "for name in ('RLIMIT_AS', 'RLIMIT_DATA', 'RLIMIT_STACK', 'RLIMIT_FSIZE', 'RLIMIT_NPROC', 'RLIMIT_CORE'):\n"
+        "    print(name, r.getrlimit(getattr(r, name)))\n"
+    )
+    mib = 1024 * 1024
+    plain = runner.run(code).stdout or ""
+    assert f"RLIMIT_AS ({4096 * mib}, {4096 * mib})" in plain
+    assert f"RLIMIT_FSIZE ({64 * mib}, {64 * mib})" in plain
+    assert "RLIMIT_CORE (0, 0)" in plain
+    assert "RLIMIT_STACK (8388608," in plain  # untouched without a memory limit, as on the real server
+    if ROOT:
+        assert "RLIMIT_NPROC (512, 512)" in plain
+    limited = runner.run(code, memory_limit_mb=256).stdout or ""
+    for name in ("RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_STACK"):
+        assert f"{name} ({256 * mib}, {256 * mib})" in limited
+
+
+def test_file_size_limit(runner: Runner) -> None:
+    got = runner.run("open('big', 'wb').write(b'x' * (65 * 1024 * 1024))")
+    assert got.return_code == 1
+    assert (got.stderr or "").rstrip().endswith("OSError: [Errno 27] File too large")
+
+
+def test_fork_bomb_is_contained(runner: Runner) -> None:
+    code = "import os\nprint(os.getpid(), flush=True)\nwhile True:\n    os.fork()\n"
+    got = runner.run(code, timeout=1.5)
+    assert got.status in ("TimeLimitExceeded", "Finished")
+    sid = int((got.stdout or "0").split()[0])
+    assert sid > 0
+    assert _wait_gone(_session_members(sid)), "fork bomb processes survived"
+    assert runner.run("print('alive')").stdout == "alive\n"
+
+
+def test_memory_bomb_is_contained(runner: Runner) -> None:
+    """Stopped by the safety RLIMIT_AS (MemoryError) or, if the VM zeroes pages slowly, by the timeout."""
+    got = runner.run("x = []\nwhile True:\n    x.append(bytearray(10**8))\n", timeout=1.5)
+    if got.status == "Finished":
+        assert got.return_code == 1
+        assert (got.stderr or "").endswith("MemoryError\n")
+    else:
+        assert (got.status, got.return_code) == ("TimeLimitExceeded", None)
+    assert runner.run("print('alive')").stdout == "alive\n"
+
+
+def test_address_space_cap_gives_memory_error(loop: asyncio.AbstractEventLoop) -> None:
+    executor = Executor(ExecutorConfig(max_address_space_mb=300))
+    runner = Runner(loop, executor, "fast")
+    try:
+        got = runner.run("x = []\nwhile True:\n    x.append(bytearray(10**8))\n", timeout=5)
+    finally:
+        runner.call(executor.aclose())
+    assert (got.status, got.return_code) == ("Finished", 1)
+    assert (got.stderr or "").endswith("MemoryError\n")
+
+
+@needs_root
+def test_cannot_kill_the_parent(runner: Runner) -> None:
+    zygote = runner.executor.zygote_pid
+    got = runner.run("import os\nos.kill(os.getppid(), 9)")
+    assert got.return_code == 1
+    assert (got.stderr or "").endswith("PermissionError: [Errno 1] Operation not permitted\n")
+    assert runner.executor.zygote_pid == zygote
+    assert runner.run("print('still here')").stdout == "still here\n"
+
+
+def test_background_grandchild_does_not_hold_the_run(runner: Runner) -> None:
+    code = 'import subprocess\np = subprocess.Popen(["sleep", "100"])\nprint(p.pid)\nprint("x")'
+    started = time.monotonic()
+    got = runner.run(code, timeout=5)
+    assert time.monotonic() - started < 1.0
+    assert (got.status, got.return_code) == ("Finished", 0)
+    pid_line, x_line = (got.stdout or "").splitlines()
+    assert x_line == "x"
+    assert _wait_gone([int(pid_line)])
+
+
+def test_escaped_grandchild_holding_the_pipe_is_bounded(runner: Runner) -> None:
+    """A setsid'd daemon escapes the group kill; we still answer after a short grace."""
+    code = 'import subprocess\np = subprocess.Popen(["sleep", "30"], start_new_session=True)\nprint(p.pid)'
+    started = time.monotonic()
+    got = runner.run(code, timeout=5)
+    try:
+        assert time.monotonic() - started < 1.5
+        assert (got.status, got.return_code) == ("Finished", 0)
+    finally:
+        for line in (got.stdout or "").split():
+            os.kill(int(line), signal.SIGKILL)
+
+
+def test_many_concurrent_executions(runner: Runner) -> None:
+    async def many() -> list[tuple[ExecutionResult, bytes | None]]:
+        return await asyncio.gather(*(runner.arun(f"import sys\nprint({i})\nsys.exit({i % 3})") for i in range(64)))
+
+    results = runner.call(many())
+    for i, (result, _) in enumerate(results):
+        assert (result.status, result.return_code, result.stdout) == ("Finished", i % 3, f"{i}\n")
+
+
+def test_zygote_death_is_survived(loop: asyncio.AbstractEventLoop) -> None:
+    executor = Executor(ExecutorConfig(python_mode="fast"))
+    runner = Runner(loop, executor, "fast")
+
+    async def scenario() -> tuple[ExecutionResult, ExecutionResult, ExecutionResult]:
+        await executor.start()
+        first = await runner.arun("print(1)")
+        pid = executor.zygote_pid
+        assert pid is not None
+        in_flight = asyncio.ensure_future(runner.arun("import time\nprint('sleeping', flush=True)\ntime.sleep(30)"))
+        await asyncio.sleep(0.2)
+        os.kill(pid, signal.SIGKILL)
+        lost, _ = await asyncio.wait_for(in_flight, 5)
+        after, _ = await runner.arun("print(2)")
+        assert executor.zygote_pid not in (None, pid)
+        return first[0], lost, after
+
+    try:
+        first, lost, after = runner.call(scenario())
+    finally:
+        runner.call(executor.aclose())
+    assert first.stdout == "1\n"
+    assert lost.status == "Error" and lost.return_code is None
+    assert (after.status, after.stdout) == ("Finished", "2\n")
+
+
+def test_aclose_kills_running_programs(loop: asyncio.AbstractEventLoop) -> None:
+    executor = Executor(ExecutorConfig(python_mode="fast"))
+    runner = Runner(loop, executor, "fast")
+
+    async def scenario() -> int:
+        await executor.start()
+        task = asyncio.ensure_future(runner.arun("import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(30)"))
+        await asyncio.sleep(0.3)
+        pids = [p for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == executor.zygote_pid]
+        await executor.aclose()
+        result, _ = await asyncio.wait_for(task, 5)
+        assert result.status == "Error"
+        await executor.aclose()  # idempotent
+        return int(pids[0])
+
+    child = runner.call(scenario())
+    assert _wait_gone([child])
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return -1
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+
+_PREEXEC_SCRIPT = """
+import asyncio, resource, sys
+resource.setrlimit(resource.RLIMIT_STACK, (8 << 20, 64 << 20))  # the zygote inherits this hard limit
+from emulator.executor import ExecutionRequest, Executor, ExecutorConfig
+
+async def main() -> None:
+    for mode in ("fast", "faithful"):
+        async with Executor(ExecutorConfig(python_mode=mode)) as ex:
+            for limit in (128, 64, -1):
+                with ex.workdir() as wd:
+                    script = wd.new_script()
+                    wd.write_file(script.rsplit("/", 1)[1], b"print(1)")
+                    r = await ex.run(ExecutionRequest([ex.config.python, script], wd.path, 5,
+                                                      memory_limit_mb=limit, python_script=script))
+                    t = r.execution_time is None
+                    print(mode, limit, r.status, t, r.return_code, repr(r.stdout), repr(r.stderr))
+
+asyncio.run(main())
+"""
+
+
+def test_memory_limit_above_hard_limit_is_preexec_error() -> None:
+    """Like the real server (no CAP_SYS_RESOURCE): setrlimit above the hard limit fails in preexec_fn."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", _PREEXEC_SCRIPT], cwd=repo, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "fast 128 Error True None None 'Exception occurred in preexec_fn.'",
+        "fast 64 Finished False 0 '1\\n' ''",
+        "fast -1 Finished False 0 '1\\n' ''",
+        "faithful 128 Error True None None 'Exception occurred in preexec_fn.'",
+        "faithful 64 Finished False 0 '1\\n' ''",
+        "faithful -1 Finished False 0 '1\\n' ''",
+    ]
+
+
+def test_workdir_paths_and_cleanup(runner: Runner) -> None:
+    executor = runner.executor
+    with executor.workdir() as wd:
+        assert os.path.dirname(wd.path).startswith("/tmp") or executor.config.temp_root
+        script = wd.new_script(".py")
+        assert os.path.dirname(script) == wd.path
+        assert os.path.basename(script).startswith("tmp") and len(os.path.basename(script)) == 14
+        for bad in ("../x", "/etc/passwd", "a/../../x", ""):
+            with pytest.raises(ValueError):
+                wd.write_file(bad, b"x")
+        code = (
+            "import os\nos.symlink('/etc/shadow', 'leak')\nos.makedirs('locked/deep')\n"
+            "open('locked/deep/f', 'w').write('x')\nos.chmod('locked/deep', 0)\nos.chmod('locked', 0)\n"
+        )
+        wd.write_file(os.path.basename(script), code.encode())
+        result = runner.call(
+            executor.run(
+                ExecutionRequest(argv=[executor.config.python, script], cwd=wd.path, timeout=5, python_script=script)
+            )
+        )
+        assert result.return_code == 0, result.stderr
+        assert wd.read_file("leak") is None
+        assert wd.read_file("missing") is None
+        assert wd.read_file("../../etc/passwd") is None
+        path = wd.path
+    assert not os.path.exists(path)
