@@ -216,6 +216,11 @@ class Executor:
         err = StreamCapture(loop, err_r)
         try:
             return await self._supervise(zygote, request, req_id, pending, t0, out, err, status_r)
+        except BaseException:
+            # Cancelled (client went away) or an internal error: never leave the program running.
+            if not pending.exited.done():
+                zygote.kill(req_id)
+            raise
         finally:
             feeder.close()
             out.close()

@@ -80,7 +80,7 @@ def executors(loop: asyncio.AbstractEventLoop) -> Iterator[dict[str, Executor]]:
 
     async def start() -> None:
         for mode in ("fast", "faithful"):
-            made[mode] = Executor(ExecutorConfig(python_mode=mode))  # type: ignore[arg-type]
+            made[mode] = Executor(ExecutorConfig(python_mode=mode))
             await made[mode].start()
 
     loop.run_until_complete(start())
@@ -101,4 +101,4 @@ def runner(request: pytest.FixtureRequest, loop: asyncio.AbstractEventLoop, exec
 
 @pytest.fixture
 def both(loop: asyncio.AbstractEventLoop, executors: dict[str, Executor]) -> dict[str, Runner]:
-    return {mode: Runner(loop, executors[mode], mode) for mode in ("fast", "faithful")}  # type: ignore[misc]
+    return {mode: Runner(loop, executors[mode], mode) for mode in ("fast", "faithful")}

@@ -59,8 +59,8 @@ def test_environment_is_scrubbed(monkeypatch: pytest.MonkeyPatch, loop: asyncio.
     monkeypatch.setenv("SANDBOX_EMULATOR_TEST_SECRET", "hunter2")
     code = "import os\nprint(sorted(os.environ.items()))\nprint(os.environ['HOME'] == os.getcwd())"
     for mode in ("fast", "faithful"):
-        executor = Executor(ExecutorConfig(python_mode=mode))  # type: ignore[arg-type]
-        runner = Runner(loop, executor, mode)  # type: ignore[arg-type]
+        executor = Executor(ExecutorConfig(python_mode=mode))
+        runner = Runner(loop, executor, mode)
         try:
             got = runner.run(code, extra_env={"EXTRA": "1"})
             assert got.return_code == 0, got.stderr
@@ -324,3 +324,23 @@ def test_workdir_paths_and_cleanup(runner: Runner) -> None:
         assert wd.read_file("../../etc/passwd") is None
         path = wd.path
     assert not os.path.exists(path)
+
+
+def test_cancelled_run_kills_the_program(runner: Runner) -> None:
+    async def scenario() -> int:
+        task = asyncio.ensure_future(runner.arun("import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(30)"))
+        await asyncio.sleep(0.3)
+        sleepers = [
+            int(p)
+            for p in os.listdir("/proc")
+            if p.isdigit() and _parent(int(p)) == runner.executor.zygote_pid and not _is_zombie(int(p))
+        ]
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert len(sleepers) == 1
+        return sleepers[0]
+
+    pid = runner.call(scenario())
+    assert _wait_gone([pid])
+    assert runner.run("print('ok')").stdout == "ok\n"
