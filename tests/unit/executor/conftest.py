@@ -68,6 +68,28 @@ class Runner:
 
 
 @pytest.fixture(scope="session")
+def runtime() -> dict[str, Any]:
+    """Version of the runtime interpreter and whether it can import numpy."""
+    import json
+    import subprocess
+
+    probe = (
+        "import sys, json, importlib.util\n"
+        "print(json.dumps([list(sys.version_info[:2]), importlib.util.find_spec('numpy') is not None]))"
+    )
+    out = subprocess.run([ExecutorConfig().python, "-c", probe], capture_output=True, text=True, check=True).stdout
+    version, numpy = json.loads(out)
+    return {"version": tuple(version), "numpy": numpy}
+
+
+@pytest.fixture
+def py311(runtime: dict[str, Any]) -> None:
+    """The recordings were made with a 3.11 runtime; exact comparisons need the same version."""
+    if runtime["version"] != (3, 11):
+        pytest.skip(f"recorded with Python 3.11, runtime is {runtime['version']}")
+
+
+@pytest.fixture(scope="session")
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
     loop = asyncio.new_event_loop()
     yield loop

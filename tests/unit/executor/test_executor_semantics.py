@@ -43,7 +43,7 @@ def _expected(run_result: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize(
     "case_id", ["01_print", "03_exception", "04_syntax_error", "09_stdin", "11_memory_limit", "28_non_utf8_stdout"]
 )
-def test_recorded_case_matches_exactly(runner: Runner, case_id: str) -> None:
+def test_recorded_case_matches_exactly(runner: Runner, case_id: str, py311: None) -> None:
     request, want = _case(case_id)
     stdin = request.get("stdin")
     got = runner.run(
@@ -60,7 +60,7 @@ def test_memory_without_limit_allocates(runner: Runner) -> None:
     assert _as_dict(runner.run(request["code"])) == _expected(want)
 
 
-def test_thread_under_memory_limit_cannot_start(runner: Runner) -> None:
+def test_thread_under_memory_limit_cannot_start(runner: Runner, py311: None) -> None:
     """Case 31: the 1 GiB soft stack limit becomes the default thread stack, which cannot be mapped."""
     request, want = _case("31_thread_with_memlimit_1024")
     got = runner.run(request["code"], memory_limit_mb=1024)
@@ -77,9 +77,10 @@ def test_threads_work_without_memory_limit(runner: Runner) -> None:
     assert (got.return_code, got.stdout) == (0, "in thread\ndone\n")
 
 
-def test_native_threads_fail_under_memory_limit(runner: Runner) -> None:
+def test_native_threads_fail_under_memory_limit(runner: Runner, runtime: dict[str, Any]) -> None:
     """Case 32: OpenBLAS threads fail as in a fresh process, then the process dies by SIGINT."""
-    pytest.importorskip("numpy")
+    if not runtime["numpy"]:
+        pytest.skip("numpy is not installed for the runtime interpreter")
     got = runner.run("import numpy as np\nprint(np.arange(10).sum())", memory_limit_mb=1024)
     assert got.return_code == -2
     assert (got.stderr or "").startswith("OpenBLAS blas_thread_init: pthread_create failed for thread 1 of")
@@ -298,3 +299,12 @@ def test_missing_program_is_an_error(runner: Runner) -> None:
 
     got = runner.call(go())
     assert got == ExecutionResult("Error", None, None, None, "[Errno 2] No such file or directory: '/nonexistent/prog'")
+
+
+def test_thread_under_memory_limit_same_on_both_paths(both: dict[str, Runner]) -> None:
+    """Any runtime version: the warm fork fails to start threads exactly like a fresh interpreter."""
+    code = "import threading\nt = threading.Thread(target=print)\nt.start(); t.join()\nprint('done')"
+    fast = both["fast"].run(code, memory_limit_mb=1024)
+    faithful = both["faithful"].run(code, memory_limit_mb=1024)
+    assert fast.return_code == 1
+    assert _as_dict(fast) == _as_dict(faithful)
