@@ -344,3 +344,49 @@ def test_cancelled_run_kills_the_program(runner: Runner) -> None:
     pid = runner.call(scenario())
     assert _wait_gone([pid])
     assert runner.run("print('ok')").stdout == "ok\n"
+
+
+_NON_ROOT_SCRIPT = """
+import asyncio, os, sys
+from emulator.executor import ExecutionRequest, Executor, ExecutorConfig
+
+async def run(ex, code, timeout=5.0):
+    with ex.workdir() as wd:
+        script = wd.new_script()
+        wd.write_file(os.path.basename(script), code.encode())
+        return await ex.run(ExecutionRequest([ex.config.python, script], wd.path, timeout, python_script=script))
+
+async def main() -> None:
+    for mode in ("fast", "faithful"):
+        async with Executor(ExecutorConfig(python=sys.executable, python_mode=mode)) as ex:
+            r = await run(ex, "import os, resource\\nprint(os.getuid(), resource.getrlimit(resource.RLIMIT_NPROC)[0])")
+            uid, nproc = r.stdout.split()
+            print(mode, "uid", uid == str(os.getuid()), "nproc", 512 < int(nproc) < 512 + 4096)
+            r = await run(ex, "import os\\nwhile True:\\n    os.fork()", timeout=1.0)
+            print(mode, "bomb", r.status in ("Finished", "TimeLimitExceeded"))
+            r = await run(ex, "import os\\nos.kill(os.getppid(), 9)")
+            print(mode, "parent killed", r.status)
+            r = await run(ex, "print('after')")
+            print(mode, "after", r.status, repr(r.stdout))
+
+asyncio.run(main())
+"""
+
+
+@needs_root
+def test_non_root_mode() -> None:
+    """Without root: no uid change, RLIMIT_NPROC = the user's current tasks + the cap, zygote restarts."""
+    python = "/usr/bin/python3"
+    setpriv = "/usr/bin/setpriv"
+    if not (os.path.exists(python) and os.path.exists(setpriv)):
+        pytest.skip("needs a world-readable system python3 and setpriv")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": repo, "LANG": "C.UTF-8"}
+    argv = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", _NON_ROOT_SCRIPT]
+    done = subprocess.run(argv, cwd="/", env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    for mode in ("fast", "faithful"):
+        assert f"{mode} uid True nproc True" in done.stdout
+        assert f"{mode} bomb True" in done.stdout
+        assert f"{mode} parent killed Error" in done.stdout
+        assert f"{mode} after Finished 'after\\n'" in done.stdout
