@@ -9,6 +9,7 @@ when we are root, an unprivileged uid.
 from .capture import ABSORB_BYTES, KEEP_BYTES, decode_output
 from .executor import Executor
 from .model import ExecutionRequest, ExecutionResult, ExecutionStatus, ExecutorConfig, PythonMode
+from .sync import ThreadedExecutor
 from .workdir import Workdir
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "Executor",
     "ExecutorConfig",
     "PythonMode",
+    "ThreadedExecutor",
     "Workdir",
     "decode_output",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import math
@@ -18,7 +19,8 @@ from .zygote import Pending, Zygote, ZygoteLost
 _log = logging.getLogger(__name__)
 
 _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-_DEFAULT_SANDBOX_UID = 65534
+_DEFAULT_UID_BASE = 200000
+_DEFAULT_GID = 65534
 # After the child exited, how long we wait for EOF on its pipes (an escaped grandchild
 # may hold them open); whatever is in the pipes is taken anyway.
 _EOF_GRACE = 0.5
@@ -46,15 +48,23 @@ class Executor:
     def __init__(self, config: ExecutorConfig | None = None) -> None:
         self.config = config or ExecutorConfig()
         euid = os.geteuid()
-        uid = self.config.sandbox_uid
-        if uid is None:
-            uid = _DEFAULT_SANDBOX_UID if euid == 0 else None
-        elif uid == euid:
-            uid = None
-        if uid is not None and euid != 0:
+        base = self.config.sandbox_uid
+        if base is None:
+            base = _DEFAULT_UID_BASE if euid == 0 else None
+        elif base == euid:
+            base = None
+        if base is not None and euid != 0:
             raise ValueError("sandbox_uid needs the emulator to run as root")
-        self._uid = uid
-        self._gid = None if uid is None else (self.config.sandbox_gid if self.config.sandbox_gid is not None else uid)
+        self._uid_base = base
+        self._gid = (
+            None if base is None else (self.config.sandbox_gid if self.config.sandbox_gid is not None else _DEFAULT_GID)
+        )
+        count = max(self.config.sandbox_uid_count, 1) if base is not None else 0
+        # Exclusive uids (count > 1) are swept (every process killed) after each execution.
+        self._exclusive_uids = count > 1
+        self._free_uids: collections.deque[int] = collections.deque(range(base or 0, (base or 0) + count))
+        self._uid_slots: asyncio.Semaphore | None = None
+        self._workdirs: set[str] = set()
         runtime_bin = os.path.dirname(os.path.abspath(self.config.python))
         self._path_env = f"{runtime_bin}:{_SYSTEM_PATH}"
         self._zygote: Zygote | None = None
@@ -62,15 +72,44 @@ class Executor:
         self._closed = False
 
     @property
-    def sandbox_ids(self) -> tuple[int, int] | None:
-        """(uid, gid) programs run as, or None when no uid change happens."""
-        if self._uid is None or self._gid is None:
+    def sandbox_uids(self) -> range | None:
+        """The uids programs run as (one per concurrent execution), None without uid change."""
+        if self._uid_base is None:
             return None
-        return (self._uid, self._gid)
+        return range(self._uid_base, self._uid_base + max(self.config.sandbox_uid_count, 1))
 
     def workdir(self) -> Workdir:
-        """A fresh per-execution dir (context manager) writable by the sandbox uid."""
-        return Workdir(self.config.temp_root, self.sandbox_ids)
+        """A fresh per-execution dir (context manager); handed to the sandbox uid on each run."""
+        workdir = Workdir(self.config.temp_root, None, on_cleanup=self._workdirs.discard)
+        self._workdirs.add(os.path.realpath(workdir.path))
+        return workdir
+
+    def _hand_over(self, cwd: str, uid: int, gid: int) -> None:
+        """Chown one of our work dirs (recursively) to the uid of the coming execution."""
+        root = os.path.realpath(cwd)
+        if root not in self._workdirs:
+            return  # never chown a directory we did not create
+        os.chown(root, uid, gid)
+        for parent, dirs, files in os.walk(root):
+            for name in dirs + files:
+                with contextlib.suppress(OSError):
+                    os.chown(os.path.join(parent, name), uid, gid, follow_symlinks=False)
+
+    async def _acquire_uid(self) -> int | None:
+        if self._uid_base is None:
+            return None
+        if not self._exclusive_uids:
+            return self._uid_base
+        if self._uid_slots is None:
+            self._uid_slots = asyncio.Semaphore(len(self._free_uids))
+        await self._uid_slots.acquire()
+        return self._free_uids.popleft()
+
+    def _release_uid(self, uid: int | None) -> None:
+        if uid is None or not self._exclusive_uids or self._uid_slots is None:
+            return
+        self._free_uids.append(uid)
+        self._uid_slots.release()
 
     def base_env(self, cwd: str) -> dict[str, str]:
         """The small fixed environment programs get (nothing from the host env)."""
@@ -175,10 +214,23 @@ class Executor:
             "script": request.python_script,
             "cwd": request.cwd,
             "env": env,
-            "uid": self._uid,
+            "uid": None,
             "gid": self._gid,
+            "sweep": self._exclusive_uids,
             "limits": self._limits(request),
         }
+        uid = await self._acquire_uid()
+        try:
+            if uid is not None and self._gid is not None:
+                msg["uid"] = uid
+                await asyncio.to_thread(self._hand_over, request.cwd, uid, self._gid)
+            return await self._run_attempts(msg, request)
+        finally:
+            # The zygote killed every process of this uid before reporting the exit; a child
+            # that outlived a lost zygote is swept by the next execution with this uid.
+            self._release_uid(uid)
+
+    async def _run_attempts(self, msg: dict[str, Any], request: ExecutionRequest) -> ExecutionResult:
         for attempt in range(3):
             try:
                 zygote = await self._ensure_zygote()

@@ -23,9 +23,15 @@ class ExecutorConfig:
 
     python: str = field(default_factory=default_python)
     python_mode: PythonMode = "fast"
-    # None = auto: drop to 65534 when running as root, no uid change otherwise.
+    # First uid of the sandbox uid pool.  None = auto: 200000 when running as root, no uid
+    # change otherwise (a value equal to our own euid also means no change).
     sandbox_uid: int | None = None
-    # None = same number as the uid.
+    # Uids in the pool, one per concurrent execution: RLIMIT_NPROC then binds per execution
+    # (a fork bomb cannot starve its neighbours) and every process an execution left behind,
+    # even one that escaped its process group, is killed by uid when it ends.  1 = all
+    # executions share ``sandbox_uid`` (no per-uid sweep).
+    sandbox_uid_count: int = 1024
+    # None = 65534 (nogroup).
     sandbox_gid: int | None = None
     max_processes: int = 512
     # Safety RLIMIT_AS when a request sets no memory limit (AS only, not the stack, so

@@ -6,6 +6,7 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Callable
 from types import TracebackType
 
 
@@ -16,8 +17,14 @@ class Workdir:
     paths show up in tracebacks, so we create them the same way.
     """
 
-    def __init__(self, root: str | None = None, owner: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        root: str | None = None,
+        owner: tuple[int, int] | None = None,
+        on_cleanup: Callable[[str], None] | None = None,
+    ) -> None:
         self._owner = owner
+        self._on_cleanup = on_cleanup
         self._path = tempfile.mkdtemp(dir=root)
         self._real = os.path.realpath(self._path)
         self._closed = False
@@ -97,6 +104,8 @@ class Workdir:
 
         shutil.rmtree(self._path, onerror=_fix)
         shutil.rmtree(self._path, ignore_errors=True)
+        if self._on_cleanup is not None:
+            self._on_cleanup(self._real)
 
     def __enter__(self) -> Workdir:
         return self

@@ -208,6 +208,7 @@ class _State:
     selector: selectors.BaseSelector | None = None
     wake_fds: tuple[int, int] = (-1, -1)
     children: dict[int, int] = {}  # pid -> request id
+    sweep_uids: dict[int, int] = {}  # pid -> exclusive sandbox uid to sweep when it ends
     pids: dict[int, int] = {}  # request id -> pid
 
 
@@ -354,6 +355,10 @@ def _child_setup(req: dict[str, Any], fds: list[int], zygote_pid: int) -> int:
         _set_default_thread_stack()
     if req["uid"] is not None:
         _drop_privileges(req["uid"], req["gid"])
+        if req.get("sweep"):
+            # Leftovers of an earlier execution with this uid (e.g. after a zygote crash).
+            with contextlib.suppress(OSError):
+                os.kill(-1, signal.SIGKILL)
     # Die with the zygote (set after the uid change, which clears it).
     _check(_prctl(_PR_SET_PDEATHSIG, signal.SIGKILL), "PR_SET_PDEATHSIG")
     if os.getppid() != zygote_pid:
@@ -450,6 +455,8 @@ def _spawn(req: dict[str, Any], fds: list[int]) -> _Job | None:
         os.close(fd)
     _State.children[pid] = req["id"]
     _State.pids[req["id"]] = pid
+    if req.get("sweep") and req["uid"] is not None:
+        _State.sweep_uids[pid] = req["uid"]
     _send({"op": "started", "id": req["id"], "pid": pid})
     return None
 
@@ -459,6 +466,24 @@ def _kill_group(pid: int) -> None:
     for kill in (os.killpg, os.kill):
         with contextlib.suppress(OSError):
             kill(pid, signal.SIGKILL)
+
+
+def _sweep_uid(uid: int) -> None:
+    """SIGKILL every process of an exclusive sandbox uid (also those that left the group).
+
+    kill(-1) hits all processes we may signal; with real and effective uid set to ``uid``
+    (saved uid 0 so we can come back, effective capabilities dropped by the switch) that is
+    exactly the processes of ``uid``.
+    """
+    try:
+        os.setresuid(uid, uid, 0)
+        with contextlib.suppress(OSError):
+            os.kill(-1, signal.SIGKILL)
+    finally:
+        try:
+            os.setresuid(0, 0, 0)
+        except OSError:
+            os._exit(70)  # cannot regain root: let the executor start a fresh zygote
 
 
 def _reap() -> None:
@@ -473,6 +498,9 @@ def _reap() -> None:
         pid = info.si_pid
         with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGKILL)
+        uid = _State.sweep_uids.pop(pid, None)
+        if uid is not None:
+            _sweep_uid(uid)
         _, status = os.waitpid(pid, 0)
         req_id = _State.children.pop(pid, None)
         if req_id is not None:
@@ -531,6 +559,9 @@ def _handle_socket() -> _Job | None:
                 pid = _State.pids.get(req["id"])
                 if pid is not None:
                     _kill_group(pid)
+                    uid = _State.sweep_uids.get(pid)
+                    if uid is not None:
+                        _sweep_uid(uid)
             elif op == "shutdown":
                 _shutdown()
 

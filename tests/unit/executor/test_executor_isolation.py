@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -92,7 +93,9 @@ def test_runs_unprivileged_with_only_dac_read_search(runner: Runner) -> None:
     got = runner.run(code)
     assert got.return_code == 0, got.stderr
     lines = (got.stdout or "").splitlines()
-    assert lines[0] == "65534 65534 65534 []"
+    uid, euid, gid, groups = lines[0].split(" ", 3)
+    assert uid == euid and int(uid) in (runner.executor.sandbox_uids or ())
+    assert (gid, groups) == ("65534", "[]")
     expected = [
         "CapInh:\t0000000000000004",
         "CapPrm:\t0000000000000004",
@@ -183,17 +186,40 @@ def test_background_grandchild_does_not_hold_the_run(runner: Runner) -> None:
     assert _wait_gone([int(pid_line)])
 
 
-def test_escaped_grandchild_holding_the_pipe_is_bounded(runner: Runner) -> None:
-    """A setsid'd daemon escapes the group kill; we still answer after a short grace."""
+def test_escaped_grandchild_is_killed_by_uid(runner: Runner) -> None:
+    """A setsid'd daemon escapes the group kill, but not the sweep of its execution's uid."""
     code = 'import subprocess\np = subprocess.Popen(["sleep", "30"], start_new_session=True)\nprint(p.pid)'
     started = time.monotonic()
     got = runner.run(code, timeout=5)
+    pids = [int(line) for line in (got.stdout or "").split()]
     try:
-        assert time.monotonic() - started < 1.5
         assert (got.status, got.return_code) == ("Finished", 0)
+        if ROOT:
+            assert time.monotonic() - started < 1.0
+            assert _wait_gone(pids)
+        else:  # no uid of its own: bounded by the EOF grace only
+            assert time.monotonic() - started < 1.5
     finally:
-        for line in (got.stdout or "").split():
-            os.kill(int(line), signal.SIGKILL)
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@needs_root
+def test_fork_bomb_does_not_starve_concurrent_runs(runner: Runner) -> None:
+    """Each execution has its own uid, so RLIMIT_NPROC binds per execution."""
+
+    async def scenario() -> list[ExecutionResult]:
+        bomb = asyncio.ensure_future(runner.arun("import os\nwhile True:\n    os.fork()\n", timeout=2))
+        await asyncio.sleep(0.5)
+        code = "import subprocess, threading\nt = threading.Thread(target=print)\nt.start(); t.join()\n"
+        code += "print(subprocess.run(['echo', 'ok'], capture_output=True, text=True).stdout, end='')"
+        neighbours = [result for result, _ in await asyncio.gather(*(runner.arun(code) for _ in range(4)))]
+        await bomb
+        return neighbours
+
+    for result in runner.call(scenario()):
+        assert (result.return_code, result.stdout) == (0, "\nok\n"), result.stderr
 
 
 def test_many_concurrent_executions(runner: Runner) -> None:
@@ -390,3 +416,20 @@ def test_non_root_mode() -> None:
         assert f"{mode} bomb True" in done.stdout
         assert f"{mode} parent killed Error" in done.stdout
         assert f"{mode} after Finished 'after\\n'" in done.stdout
+
+
+def test_threaded_executor_from_plain_threads() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from emulator.executor import ThreadedExecutor
+
+    with ThreadedExecutor() as sync:
+
+        def one(i: int) -> str | None:
+            with sync.workdir() as wd:
+                script = wd.write_file("main.py", f"print({i})".encode())
+                request = ExecutionRequest([sync.executor.config.python, script], wd.path, 5, python_script=script)
+                return sync.run(request).stdout
+
+        with ThreadPoolExecutor(4) as pool:
+            assert list(pool.map(one, range(8))) == [f"{i}\n" for i in range(8)]
