@@ -57,6 +57,7 @@ class Emulator:
         self._executor: Executor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._start_lock: asyncio.Lock | None = None
+        self._lock_loop: asyncio.AbstractEventLoop | None = None
         self._service: SandboxFusionService | None = None
         self._service_executor: Executor | None = None
         self.app = self._build_app()
@@ -83,8 +84,9 @@ class Emulator:
         loop = asyncio.get_running_loop()
         if self._executor is not None and self._loop is loop:
             return self._executor
-        if self._start_lock is None or self._loop is not loop:
-            self._start_lock = asyncio.Lock()
+        # One lock per event loop, created before any await, so concurrent first requests start one executor.
+        if self._start_lock is None or self._lock_loop is not loop:
+            self._start_lock, self._lock_loop = asyncio.Lock(), loop
         async with self._start_lock:
             if self._executor is not None and self._loop is loop:
                 return self._executor

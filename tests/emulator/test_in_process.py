@@ -71,3 +71,28 @@ def test_emulator_imports_no_training_stack() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_concurrent_first_requests_start_one_executor(monkeypatch: pytest.MonkeyPatch) -> None:
+    import emulator.app as app_module
+
+    started: list[object] = []
+    original_start = app_module.Executor.start
+
+    async def counting_start(self: object) -> None:
+        started.append(self)
+        await original_start(self)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(app_module.Executor, "start", counting_start)
+
+    async def main() -> None:
+        emulator = Emulator()
+        transport = httpx.ASGITransport(app=emulator.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://sandbox") as client:
+            payload = {"code": "print(1)", "language": "python"}
+            answers = await asyncio.gather(*(client.post("/run_code", json=payload) for _ in range(16)))
+        assert all(a.json()["status"] == "Success" for a in answers)
+        await emulator.aclose()
+
+    asyncio.run(main())
+    assert len(started) == 1
