@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import os
+import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,6 +149,12 @@ class Emulator:
             # The real server's root is a redirect page to its docs.
             return HTMLResponse('<meta http-equiv="refresh" content="0; url=./SandboxFusion">')
 
+        async def unhandled(request: Request, exc: Exception) -> Response:
+            # The real server's global handler: HTTP 500 with the message and the formatted traceback.
+            lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+            return json_response({"detail": str(exc), "traceback": lines}, status=500)
+
+        app.add_exception_handler(Exception, unhandled)
         app.router.add_route("/run_code", run_code, methods=["POST"])
         app.router.add_route("/run_jupyter", run_jupyter, methods=["POST"])
         app.router.add_route("/v1/ping", ping, methods=["GET"])

@@ -89,7 +89,10 @@ class FaultGate:
             entry.detail["rule"] = decision.rule_id or decision.limit
         try:
             response, outcome = await self._answer(decision, body, handler)
-        except BaseException:
+        except Exception:
+            self.journal.end(entry, 500, "error")
+            raise
+        except BaseException:  # cancelled: the client went away or the server is stopping
             self.journal.end(entry, None, "cancelled")
             raise
         finally:

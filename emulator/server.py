@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import socket
 import threading
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -71,10 +72,7 @@ class EmulatorServer:
 
     def __init__(self, emulator: Emulator | None = None, host: str = LOOPBACK, port: int = 0) -> None:
         self.emulator = emulator if emulator is not None else Emulator()
-        self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((host, port))
-        self._sock.listen(4096)
+        self._sock = bind_socket(host, port)
         self.host = host
         self.port: int = self._sock.getsockname()[1]
         self._ready = threading.Event()
@@ -85,8 +83,7 @@ class EmulatorServer:
     @property
     def url(self) -> str:
         """Base URL; Sandbox Fusion clients take this (the ``sandbox-fusion`` client) or ``url + "/run_code"``."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return base_url(self.host, self.port)
 
     @property
     def run_code_url(self) -> str:
@@ -138,19 +135,53 @@ class EmulatorServer:
         self.stop()
 
 
-def serve_forever(emulator: Emulator, host: str = LOOPBACK, port: int = 8080, log_level: str = "info") -> None:
-    """Serve in the calling (main) thread until interrupted; used by ``sandbox-emulator serve``."""
-    server = uvicorn.Server(uvicorn_config(emulator.app, host, port, log_level=log_level))
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (port 0 picks a free one)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(4096)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def base_url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def serve_forever(
+    emulator: Emulator,
+    host: str = LOOPBACK,
+    port: int = 8080,
+    log_level: str = "info",
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve in the calling (main) thread until interrupted; used by ``sandbox-emulator serve``.
+
+    The socket is bound first, so ``on_ready`` receives the real base URL even for port 0. Raises ``OSError`` when
+    the address cannot be bound.
+    """
+    sock = bind_socket(host, port)
+    bound_port: int = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn_config(emulator.app, host, bound_port, log_level=log_level))
 
     async def main() -> None:
         try:
-            await server.serve()
+            await server.serve(sockets=[sock])
         finally:
             await emulator.aclose()
 
-    if server.config.loop == "uvloop":
-        import uvloop
+    if on_ready is not None:
+        on_ready(base_url(host, bound_port))
+    try:
+        if server.config.loop == "uvloop":
+            import uvloop
 
-        uvloop.run(main())
-    else:
-        asyncio.run(main())
+            uvloop.run(main())
+        else:
+            asyncio.run(main())
+    finally:
+        sock.close()

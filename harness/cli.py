@@ -6,6 +6,7 @@ Kept import-light: each subcommand imports what it needs, so ``serve`` starts fa
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -39,6 +40,12 @@ def _serve(args: argparse.Namespace) -> int:
     from emulator.faults import FaultPlanError
     from emulator.server import serve_forever
 
+    if args.python and not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
+        print(f"sandbox-emulator: --python {args.python!r} is not an executable file", file=sys.stderr)
+        return 2
+    if not 0 <= args.port <= 65535:
+        print(f"sandbox-emulator: --port must be between 0 and 65535, got {args.port}", file=sys.stderr)
+        return 2
     executor_config = _executor_config(args)
     assert isinstance(executor_config, ExecutorConfig)
     try:
@@ -46,15 +53,16 @@ def _serve(args: argparse.Namespace) -> int:
     except (FaultPlanError, OSError, ValueError) as exc:
         print(f"sandbox-emulator: bad --faults {args.faults!r}: {exc}", file=sys.stderr)
         return 2
-    host = f"[{args.host}]" if ":" in args.host else args.host
-    base = f"http://{host}:{args.port}"
-    print(f"Sandbox Fusion  {base}/run_code  {base}/run_jupyter  {base}/v1/ping", flush=True)
-    print(f"Control plane   {base}/_emulator/  (health, reset, faults, journal, stats, decisions)", flush=True)
-    print(f"Python runtime  {emulator.python} ({args.python_mode} path)", flush=True)
-    if args.faults:
-        print(f"Fault plan      {args.faults}", flush=True)
+
+    def announce(base: str) -> None:
+        print(f"Sandbox Fusion  {base}/run_code  {base}/run_jupyter  {base}/v1/ping", flush=True)
+        print(f"Control plane   {base}/_emulator/  (health, reset, faults, journal, stats, decisions)", flush=True)
+        print(f"Python runtime  {emulator.python} ({args.python_mode} path)", flush=True)
+        if args.faults:
+            print(f"Fault plan      {args.faults}", flush=True)
+
     try:
-        serve_forever(emulator, host=args.host, port=args.port, log_level=args.log_level)
+        serve_forever(emulator, host=args.host, port=args.port, log_level=args.log_level, on_ready=announce)
     except OSError as exc:
         print(f"sandbox-emulator: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1
@@ -75,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the emulator as its own process")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
-    serve.add_argument("--port", type=int, default=8080, help="port (default: 8080, as Sandbox Fusion)")
+    serve.add_argument("--port", type=int, default=8080, help="port (default: 8080, as Sandbox Fusion; 0 picks one)")
     serve.add_argument("--faults", metavar="FILE_OR_PROFILE", help="fault plan: a YAML/JSON file or a profile name")
     serve.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     _add_runtime_options(serve)

@@ -96,3 +96,26 @@ def test_concurrent_first_requests_start_one_executor(monkeypatch: pytest.Monkey
 
     asyncio.run(main())
     assert len(started) == 1
+
+
+def test_unexpected_exception_gets_the_real_servers_500(monkeypatch: pytest.MonkeyPatch) -> None:
+    from emulator.sandbox_fusion.routes import SandboxFusionService
+
+    async def broken(self: object, body: bytes, content_type: str | None) -> object:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(SandboxFusionService, "run_code", broken)
+
+    async def main() -> httpx.Response:
+        emulator = Emulator()
+        transport = httpx.ASGITransport(app=emulator.app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://sandbox") as client:
+            answer = await client.post("/run_code", json={"code": "print(1)", "language": "python"})
+        await emulator.aclose()
+        return answer
+
+    answer = asyncio.run(main())
+    assert answer.status_code == 500
+    body = answer.json()
+    assert body["detail"] == "disk on fire"
+    assert any("RuntimeError: disk on fire" in line for line in body["traceback"])

@@ -1,0 +1,63 @@
+"""``sandbox-emulator serve`` as its own process, and its answers to bad options."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import requests
+
+CLI = [sys.executable, "-m", "harness.cli"]
+
+
+def test_serve_prints_where_it_listens_and_serves() -> None:
+    proc = subprocess.Popen(
+        [*CLI, "serve", "--port", "0", "--faults", "calm"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        match = re.search(r"(http://127\.0\.0\.1:\d+)/run_code", first)
+        assert match, first
+        base = match.group(1)
+        answer = requests.post(base + "/run_code", json={"code": "print('served')", "language": "python"}, timeout=60)
+        assert answer.json()["run_result"]["stdout"] == "served\n"
+        assert requests.get(base + "/_emulator/health", timeout=10).json()["status"] == "ok"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_unknown_profile_is_a_clear_error() -> None:
+    result = _run("serve", "--port", "0", "--faults", "no-such-profile")
+    assert result.returncode == 2
+    assert "unknown fault profile 'no-such-profile'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_plan_file_names_the_bad_key(tmp_path: object) -> None:
+    from pathlib import Path
+
+    plan = Path(str(tmp_path)) / "plan.yaml"
+    plan.write_text("rules:\n  - id: x\n    fault: {status: sometimes}\n")
+    result = _run("serve", "--port", "0", "--faults", str(plan))
+    assert result.returncode == 2
+    assert "rules[0].fault.status" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_python_and_port() -> None:
+    result = _run("serve", "--python", "/no/such/python")
+    assert result.returncode == 2 and "not an executable" in result.stderr
+    result = _run("serve", "--port", "70000")
+    assert result.returncode == 2 and "between 0 and 65535" in result.stderr
+
+
+def test_bench_rejects_bad_levels() -> None:
+    result = _run("bench", "--concurrency", "x")
+    assert result.returncode == 2 and "--concurrency" in result.stderr
