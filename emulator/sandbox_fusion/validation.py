@@ -9,6 +9,7 @@ did), and malformed JSON gives ``json_invalid`` with the character position.
 from __future__ import annotations
 
 import json
+import math
 import re
 from email.message import Message
 from typing import Any, TypeVar
@@ -49,6 +50,8 @@ def _jsonable(value: Any) -> Any:
         return [_jsonable(v) for v in value]
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # NaN and Infinity parse from JSON but cannot be written back
     if value is None or isinstance(value, str | int | float | bool):
         return value
     return str(value)

@@ -12,7 +12,11 @@ from hypothesis import strategies as st
 from emulator.server import EmulatorServer
 
 JSON_SCALARS = (
-    st.none() | st.booleans() | st.integers(-(10**12), 10**12) | st.floats(allow_nan=False) | st.text(max_size=12)
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**12), 10**12)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
 )
 JSON_VALUES = st.recursive(
     JSON_SCALARS,
@@ -32,7 +36,11 @@ FIELDS: dict[str, Any] = {
     "extra": JSON_VALUES,
 }
 OBJECT_BODIES = st.fixed_dictionaries({}, optional=FIELDS).map(lambda d: json.dumps(d).encode())
-BODIES = OBJECT_BODIES | st.binary(max_size=120) | JSON_VALUES.map(lambda v: json.dumps(v).encode())
+# Python's json (on both sides) also reads the non-standard literals NaN and Infinity.
+NON_FINITE = st.sampled_from(
+    [b'{"code": "print(1)", "language": "python", "run_timeout": NaN}', b'{"code": Infinity, "language": "python"}']
+)
+BODIES = OBJECT_BODIES | st.binary(max_size=120) | JSON_VALUES.map(lambda v: json.dumps(v).encode()) | NON_FINITE
 CONTENT_TYPES = st.sampled_from(["application/json", "text/plain", "application/problem+json", None])
 
 
