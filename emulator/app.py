@@ -20,6 +20,8 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from emulator.daytona.config import DaytonaConfig
+from emulator.daytona.service import DaytonaService
 from emulator.executor import Executor, ExecutorConfig
 from emulator.faults import FaultEngine, FaultPlan, FaultPlanError, RealClock, load_plan
 from emulator.gate import FaultGate
@@ -44,6 +46,8 @@ class EmulatorConfig:
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     #: ``executor_pod_name`` in answers; the real server reads ``MY_POD_NAME`` (null when unset).
     pod_name: str | None = field(default_factory=lambda: os.environ.get("MY_POD_NAME"))
+    #: The emulated Daytona (API key, quotas, throttlers, latencies); see ``emulator/daytona/config.py``.
+    daytona: DaytonaConfig = field(default_factory=DaytonaConfig)
 
 
 class Emulator:
@@ -61,6 +65,9 @@ class Emulator:
         self._lock_loop: asyncio.AbstractEventLoop | None = None
         self._service: SandboxFusionService | None = None
         self._service_executor: Executor | None = None
+        self.daytona = DaytonaService(
+            self.config.daytona, self.gate, self.executor, self.clock.monotonic, self.config.executor.python
+        )
         self.app = self._build_app()
 
     # ------------------------------------------------------------------ state
@@ -79,6 +86,7 @@ class Emulator:
         """Forget requests and counters; keep the plan. Called between tests."""
         self.engine.reset()
         self.journal.clear()
+        self.daytona.reset()
 
     async def executor(self) -> Executor:
         """The executor bound to the running event loop, started on first use (ASGI transports skip lifespan)."""
@@ -102,6 +110,7 @@ class Emulator:
             return executor
 
     async def aclose(self) -> None:
+        self.daytona.close()
         if self._executor is not None and self._loop is asyncio.get_running_loop():
             await self._executor.aclose()
         self._executor = None
@@ -159,6 +168,7 @@ class Emulator:
         app.router.add_route("/run_jupyter", run_jupyter, methods=["POST"])
         app.router.add_route("/v1/ping", ping, methods=["GET"])
         app.router.add_route("/", index, methods=["GET"])
+        self.daytona.mount(app)
         self._add_control_plane(app)
         return app
 

@@ -10,21 +10,38 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
+from starlette.websockets import WebSocket
 
 from emulator import transport
 from emulator.faults import Decision, FaultAction, FaultEngine
-from emulator.journal import Journal
+from emulator.journal import Journal, JournalEntry
 
 #: Header a client (or a test) may send to name the logical request, instead of the body hash.
 KEY_HEADER = "x-emulator-key"
 
 #: A route's real handler: body in, (response, JSON payload or {}) out.
 Handler = Callable[[bytes], Awaitable[tuple[Response, dict[str, Any]]]]
+
+#: The journal entry of the request being handled, so handlers can add ``detail`` (e.g. a sandbox id).
+_CURRENT_ENTRY: ContextVar[JournalEntry | None] = ContextVar("emulator_gate_entry", default=None)
+
+
+#: A WebSocket route's real handler: accepts, serves and closes the socket; returns the outcome for the journal.
+WsHandler = Callable[[], Awaitable[str]]
+
+#: WebSocket close code the Daytona interpreter uses for a timeout.
+WS_TIMEOUT_CLOSE = 4008
+
+
+def current_entry() -> JournalEntry | None:
+    """The journal entry of the request the calling handler serves (None outside the gate)."""
+    return _CURRENT_ENTRY.get()
 
 
 def request_key(headers: Any, body: bytes) -> str:
@@ -87,6 +104,7 @@ class FaultGate:
         if decision.action is not None:
             entry.fault = decision.action.kind
             entry.detail["rule"] = decision.rule_id or decision.limit
+        token = _CURRENT_ENTRY.set(entry)
         try:
             response, outcome = await self._answer(decision, body, handler)
         except Exception:
@@ -96,12 +114,63 @@ class FaultGate:
             self.journal.end(entry, None, "cancelled")
             raise
         finally:
+            _CURRENT_ENTRY.reset(token)
             self.engine.release(decision)
         for name, value in decision.limit_headers:
             response.headers[name] = value
         status = None if isinstance(response, ResetResponse | TruncatedResponse) else response.status_code
         self.journal.end(entry, status, outcome)
         return response
+
+    async def handle_ws(self, route: str, websocket: WebSocket, handler: WsHandler) -> None:
+        """The gate for a WebSocket route. Faults map onto the handshake and close codes:
+
+        ``hang`` accepts, waits, then closes with 4008 (timeout; 1011 with ``then: reset``); ``reset`` refuses the
+        handshake; a 408/504 status accepts and closes with 4008; any other status (429 from a limit included) is
+        answered as an HTTP denial of the handshake with that status, headers and body.
+        """
+        key = request_key(websocket.headers, websocket.url.path.encode())
+        decision = self.engine.decide(route, key)
+        entry = self.journal.begin(route, "GET", websocket.url.path, key, decision.attempt)
+        entry.injected_latency = decision.latency
+        action = decision.action
+        if action is not None:
+            entry.fault = action.kind
+            entry.detail["rule"] = decision.rule_id or decision.limit
+        token = _CURRENT_ENTRY.set(entry)
+        status: int | None = 101
+        try:
+            if decision.latency > 0:
+                await self.engine.clock.sleep(decision.latency)
+            if action is None:
+                outcome = await handler()
+            elif action.kind == "hang":
+                await websocket.accept()
+                await self.engine.clock.sleep(action.hang_seconds)
+                await websocket.close(1011 if action.then_reset else WS_TIMEOUT_CLOSE)
+                outcome = "fault"
+            elif action.kind == "reset":
+                await websocket.close()
+                status, outcome = None, "reset"
+            elif action.status in (408, 504):
+                await websocket.accept()
+                await websocket.close(WS_TIMEOUT_CLOSE, "execution timeout")
+                outcome = "fault"
+            else:
+                response = _action_response(action, dict(decision.limit_headers))
+                await websocket.send_denial_response(response)
+                status = response.status_code
+                outcome = "limited" if action.kind == "limited" else "fault"
+        except Exception:
+            self.journal.end(entry, 500, "error")
+            raise
+        except BaseException:
+            self.journal.end(entry, None, "cancelled")
+            raise
+        finally:
+            _CURRENT_ENTRY.reset(token)
+            self.engine.release(decision)
+        self.journal.end(entry, status, outcome)
 
     async def _answer(self, decision: Decision, body: bytes, handler: Handler) -> tuple[Response, str]:
         action = decision.action

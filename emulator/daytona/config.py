@@ -1,0 +1,103 @@
+"""Configuration of the emulated Daytona: key, organization, quotas, throttlers (tier presets), latencies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: The key ``serve`` prints and the pytest fixtures use when none is configured.
+DEFAULT_API_KEY = "dtn_emulator_default_key"
+DEFAULT_ORGANIZATION_ID = "emulator-org"
+
+#: The three throttlers the SDK can hit (daytona.md §4): every authenticated route, ``POST /sandbox`` and the
+#: lifecycle routes (delete/start/stop/...).
+AUTHENTICATED = "authenticated"
+SANDBOX_CREATE = "sandbox-create"
+SANDBOX_LIFECYCLE = "sandbox-lifecycle"
+
+
+@dataclass(frozen=True)
+class ThrottlerSpec:
+    """A NestJS throttler: at most ``limit`` requests per fixed window of ``ttl_s`` seconds."""
+
+    name: str
+    limit: int
+    ttl_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class Quotas:
+    """Organization resource pool; None = unlimited. Exceeding one answers 400, as the real API does."""
+
+    max_sandboxes: int | None = None
+    total_cpu: int | None = None
+    total_memory_gib: int | None = None
+    total_disk_gib: int | None = None
+
+
+@dataclass(frozen=True)
+class TierPreset:
+    """Documented per-minute limits and resource pool of one Daytona tier (daytona.md §4)."""
+
+    general: int
+    create: int
+    lifecycle: int
+    cpu: int
+    memory_gib: int
+    disk_gib: int
+
+
+TIERS: dict[int, TierPreset] = {
+    1: TierPreset(general=10_000, create=300, lifecycle=10_000, cpu=10, memory_gib=20, disk_gib=30),
+    2: TierPreset(general=20_000, create=400, lifecycle=20_000, cpu=100, memory_gib=200, disk_gib=300),
+    3: TierPreset(general=40_000, create=500, lifecycle=40_000, cpu=250, memory_gib=500, disk_gib=2000),
+    4: TierPreset(general=50_000, create=600, lifecycle=50_000, cpu=500, memory_gib=1000, disk_gib=5000),
+}
+
+
+def tier_throttlers(tier: int) -> tuple[ThrottlerSpec, ...]:
+    """The three throttlers of a tier, per minute."""
+    preset = TIERS[tier]
+    return (
+        ThrottlerSpec(AUTHENTICATED, preset.general),
+        ThrottlerSpec(SANDBOX_CREATE, preset.create),
+        ThrottlerSpec(SANDBOX_LIFECYCLE, preset.lifecycle),
+    )
+
+
+def tier_quotas(tier: int) -> Quotas:
+    """The resource pool of a tier (CPU, memory, disk totals over the organization's sandboxes)."""
+    preset = TIERS[tier]
+    return Quotas(total_cpu=preset.cpu, total_memory_gib=preset.memory_gib, total_disk_gib=preset.disk_gib)
+
+
+@dataclass(frozen=True)
+class DaytonaConfig:
+    """How the emulated Daytona behaves; the defaults are the real API's, minus the resource quotas.
+
+    ``throttlers`` default to Tier 1: the real API sends the throttler headers on every response.
+    ``quotas`` default to unlimited (a Tier 1 pool of 10 vCPU would cap a CI run at 10 default sandboxes; use
+    ``tier_quotas(n)`` to get the real pool).
+    """
+
+    api_key: str = DEFAULT_API_KEY
+    organization_id: str = DEFAULT_ORGANIZATION_ID
+    target: str = "us"
+    #: Seconds a new sandbox stays ``creating``; 0 answers ``started`` at once (no SDK polling).
+    create_latency: float = 0.0
+    #: Seconds ``start`` takes (the answer is ``starting`` meanwhile); 0 answers ``started`` at once.
+    start_latency: float = 0.0
+    throttlers: tuple[ThrottlerSpec, ...] = field(default_factory=lambda: tier_throttlers(1))
+    quotas: Quotas = field(default_factory=Quotas)
+    #: Default resources of a sandbox created from a snapshot (the real defaults).
+    default_cpu: int = 1
+    default_memory_gib: int = 1
+    default_disk_gib: int = 3
+    #: Where sandbox file systems live (default: a fresh temp dir per emulator).
+    root_dir: str | None = None
+    #: Timeout for ``/process/execute`` and ``/process/code-run`` when the request sets none (seconds).
+    default_command_timeout: float = 600.0
+    #: Default ``run_code`` timeout of the interpreter (the daemon's 10 minutes).
+    interpreter_timeout: float = 600.0
+    #: First uid of the interpreter processes (one uid per live interpreter context; root only).
+    interpreter_uid_base: int = 300_000
+    interpreter_uid_count: int = 4096

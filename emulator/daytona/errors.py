@@ -1,0 +1,77 @@
+"""Error envelopes: the API's NestJS filter shape and the daemon's (toolbox) shape (daytona.md §4)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from http import HTTPStatus
+from typing import Any
+
+from starlette.responses import Response
+
+
+def now_iso() -> str:
+    """ISO 8601 UTC with milliseconds and ``Z``, as JavaScript's ``toISOString``."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+    return Response(data, status_code=status, media_type="application/json", headers=headers)
+
+
+def api_error(
+    status: int, message: str, path: str, *, code: str | None = None, headers: dict[str, str] | None = None
+) -> Response:
+    """The API's envelope: ``{path, timestamp, statusCode, error, message}`` (+ ``code``/``source``)."""
+    body: dict[str, Any] = {
+        "path": path,
+        "timestamp": now_iso(),
+        "statusCode": status,
+        "error": reason(status),
+        "message": message,
+    }
+    if code is not None:
+        body["code"] = code
+        body["source"] = "DAYTONA_API"
+    return json_response(body, status, headers)
+
+
+def daemon_error(status: int, message: str, path: str, method: str, code: str | None = None) -> Response:
+    """The daemon's envelope: ``{statusCode, message, code, timestamp, path, method}``."""
+    body: dict[str, Any] = {
+        "statusCode": status,
+        "message": message,
+        "code": code or _daemon_code(status),
+        "timestamp": now_iso(),
+        "path": path,
+        "method": method,
+    }
+    return json_response(body, status)
+
+
+def _daemon_code(status: int) -> str:
+    return {
+        400: "BAD_REQUEST",
+        404: "NOT_FOUND",
+        408: "REQUEST_TIMEOUT",
+        409: "CONFLICT",
+        500: "INTERNAL_SERVER_ERROR",
+    }.get(status, reason(status).upper().replace(" ", "_"))
+
+
+class ApiError(Exception):
+    """Raised inside handlers; turned into :func:`api_error` (or :func:`daemon_error` on the toolbox)."""
+
+    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code

@@ -1,0 +1,129 @@
+"""Sandbox paths and the file API's wire formats (multipart bulk upload/download, FileInfo).
+
+Relative paths resolve against the sandbox's home; ``/home/<user>/...`` and the home's real path also land in the
+home; any other absolute path lands under the sandbox's private ``fs/`` tree. Nothing resolves outside the sandbox.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import stat
+import time
+import urllib.parse
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+from .errors import ApiError
+from .sandboxes import Sandbox
+
+
+def resolve(sandbox: Sandbox, path: str) -> str:
+    """Host path for a sandbox path; raises 400 on an escape or a bad path."""
+    if not isinstance(path, str) or not path or "\0" in path:
+        raise ApiError(400, "invalid path")
+    home = sandbox.home
+    user_home = f"/home/{sandbox.user}"
+    if not os.path.isabs(path):
+        target = os.path.join(home, path)
+    elif path == home or path.startswith(home + "/"):
+        target = path
+    elif path == user_home or path.startswith(user_home + "/"):
+        target = home + path[len(user_home) :]
+    elif path in ("/root", "~") or path.startswith("~/"):
+        target = os.path.join(home, path[2:]) if path.startswith("~/") else home
+    else:
+        target = sandbox.fs_root + os.path.normpath(path)
+    real = os.path.realpath(target)
+    for base in (sandbox.home, sandbox.root):
+        real_base = os.path.realpath(base)
+        if real == real_base or real.startswith(real_base + os.sep):
+            break
+    else:
+        raise ApiError(400, f"path escapes the sandbox: {path}")
+    return os.path.normpath(target)
+
+
+def parse_multipart(body: bytes, content_type: str | None) -> list[tuple[dict[str, str], bytes]]:
+    """Parts of a ``multipart/form-data`` body as (content-disposition params + headers, payload)."""
+    boundary = None
+    for piece in (content_type or "").split(";"):
+        key, _, value = piece.strip().partition("=")
+        if key.lower() == "boundary":
+            boundary = value.strip().strip('"')
+    if not boundary:
+        raise ApiError(400, "multipart boundary missing")
+    delimiter = b"--" + boundary.encode("latin-1")
+    parts: list[tuple[dict[str, str], bytes]] = []
+    for chunk in body.split(delimiter)[1:]:
+        if chunk.startswith(b"--"):
+            break
+        chunk = chunk.removeprefix(b"\r\n")
+        head, sep, payload = chunk.partition(b"\r\n\r\n")
+        if not sep:
+            continue
+        payload = payload.removesuffix(b"\r\n")
+        info: dict[str, str] = {}
+        for line in head.decode("latin-1").split("\r\n"):
+            name, _, value = line.partition(":")
+            info[name.strip().lower()] = value.strip()
+            if name.strip().lower() == "content-disposition":
+                for param in value.split(";")[1:]:
+                    pkey, _, pval = param.strip().partition("=")
+                    info[pkey.strip().lower()] = pval.strip().strip('"')
+        parts.append((info, payload))
+    return parts
+
+
+def multipart_body(parts: list[tuple[str, str, str, bytes]]) -> tuple[bytes, str]:
+    """Build a ``multipart/form-data`` answer from (field name, filename, content type, payload)."""
+    boundary = uuid.uuid4().hex
+    out = bytearray()
+    for name, filename, ctype, payload in parts:
+        quoted = filename.replace("\\", "\\\\").replace('"', '\\"')
+        extended = urllib.parse.quote(filename, safe="")
+        out += f"--{boundary}\r\n".encode()
+        out += (
+            f'Content-Disposition: form-data; name="{name}"; filename="{quoted}"; filename*=utf-8\'\'{extended}\r\n'
+        ).encode()
+        out += f"Content-Type: {ctype}\r\n\r\n".encode()
+        out += payload + b"\r\n"
+    out += f"--{boundary}--\r\n".encode()
+    return bytes(out), f"multipart/form-data; boundary={boundary}"
+
+
+def _name(lookup: Any, ident: int) -> str:
+    try:
+        return str(lookup(ident)[0])
+    except (KeyError, OverflowError):
+        return "daytona"
+
+
+def file_info(path: str, shown_path: str) -> dict[str, Any]:
+    """FileInfo JSON (the daemon's field names and formats)."""
+    st = os.lstat(path)
+    mtime = datetime.fromtimestamp(st.st_mtime, tz=timezone.utc)
+    go_time = mtime.strftime("%Y-%m-%d %H:%M:%S.%f") + " +0000 UTC"
+    return {
+        "name": os.path.basename(shown_path.rstrip("/")) or "/",
+        "path": shown_path,
+        "isDir": stat.S_ISDIR(st.st_mode),
+        "size": int(st.st_size),
+        "mode": stat.filemode(st.st_mode),
+        "permissions": f"{stat.S_IMODE(st.st_mode):04o}",
+        "owner": _name(pwd.getpwuid, st.st_uid),
+        "group": _name(grp.getgrgid, st.st_gid),
+        "modTime": go_time,
+        "modifiedAt": mtime.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+    }
+
+
+def write_file(target: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    tmp = f"{target}.{os.getpid()}.{time.monotonic_ns()}.part"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, target)

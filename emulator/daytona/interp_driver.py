@@ -1,0 +1,75 @@
+"""Runs inside an interpreter context's process: a persistent namespace fed code over a pipe.
+
+argv: ``<cmd_fd> <ctl_fd> <limits JSON> <uid> <gid>`` (uid/gid ``-`` = no change). Started as the emulator's user,
+it lowers its rlimits and drops to the sandbox uid (no supplementary groups) before reading any code. Each command is a JSON line ``{"code", "envs", "nonce"}``; the code runs
+in the context's namespace with stdout/stderr going to the real fds 1/2 (so subprocesses' output is captured too),
+then the nonce sentinel is written to both, then ``{"error": null | {name, value, traceback}}`` on the control fd.
+Stdlib only: this file runs under the sandbox's runtime interpreter, as the sandbox uid.
+"""
+
+import contextlib
+import json
+import os
+import resource
+import sys
+import traceback
+
+SENTINEL = "\x00\x1edaytona-emulator-end:{}\x1e\x00"
+
+
+def _apply_limits(limits: dict) -> None:
+    for name, value in limits.items():
+        which = getattr(resource, name, None)
+        if which is None or value is None or value <= 0:
+            continue
+        try:
+            _soft, hard = resource.getrlimit(which)
+            new = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(which, (new, new))
+        except (ValueError, OSError):
+            pass
+
+
+def _error_of(exc: BaseException) -> dict:
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    # Drop this driver's own frame, as a REPL would show only the user's code.
+    if len(tb) > 1 and "interp_driver" in tb[1]:
+        tb = tb[:1] + tb[2:]
+    return {"name": type(exc).__name__, "value": str(exc), "traceback": "".join(tb)}
+
+
+def main() -> None:
+    cmd_fd, ctl_fd = int(sys.argv[1]), int(sys.argv[2])
+    _apply_limits(json.loads(sys.argv[3]))
+    if sys.argv[4] != "-":
+        os.setgroups([])
+        os.setgid(int(sys.argv[5]))
+        os.setuid(int(sys.argv[4]))
+    commands = os.fdopen(cmd_fd, "r", encoding="utf-8")
+    control = os.fdopen(ctl_fd, "w", encoding="utf-8", buffering=1)
+    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    for line in commands:
+        request = json.loads(line)
+        saved = dict(os.environ)
+        os.environ.update(request.get("envs") or {})
+        error = None
+        try:
+            code = compile(request["code"], "<string>", "exec")
+            exec(code, namespace)
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt are reported too
+            error = _error_of(exc)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        marker = SENTINEL.format(request["nonce"]).encode()
+        for fd in (1, 2):
+            with contextlib.suppress(OSError):
+                os.write(fd, marker)
+        control.write(json.dumps({"error": error}) + "\n")
+
+
+if __name__ == "__main__":
+    main()

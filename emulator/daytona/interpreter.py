@@ -1,0 +1,348 @@
+"""Stateful interpreter contexts: one long-lived Python process per (sandbox, context).
+
+Isolation mirrors the executor's: when the emulator is root each context runs under a uid of its own (from
+``interpreter_uid_base``), with no supplementary groups, in its own session, with rlimits on processes, file size,
+address space and core dumps; processes left behind under that uid are killed when the context ends. The sandbox's
+home is handed to the context's uid before each execution (as the executor does before each run).
+
+A timeout kills the process (and with it the context's state): the next ``run_code`` starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import json
+import os
+import signal
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from .errors import now_iso
+
+_DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "interp_driver.py")
+_SENTINEL = "\x00\x1edaytona-emulator-end:{}\x1e\x00"
+_SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_NOGROUP = 65534
+
+Frame = dict[str, str]
+OnFrame = Callable[[Frame], Awaitable[None]]
+
+
+class InterpreterTimeout(Exception):
+    """The execution ran past its timeout; the context's process was killed."""
+
+
+@dataclass(frozen=True)
+class InterpreterSettings:
+    python: str
+    uid_base: int | None  # None: no uid change (not root)
+    uid_count: int
+    max_processes: int = 512
+    max_file_size_mb: int = 64
+    max_address_space_mb: int = 4096
+
+
+@dataclass
+class ExecutionOutcome:
+    error: dict[str, str] | None
+    stdout: str = ""
+    stderr: str = ""
+
+
+@dataclass
+class Context:
+    """One interpreter context of a sandbox (``default`` is created on first use)."""
+
+    id: str
+    cwd: str
+    home: str
+    env: dict[str, str]
+    language: str = "python"
+    created_at: str = field(default_factory=now_iso)
+    uid: int | None = None
+    process: asyncio.subprocess.Process | None = None
+    cmd_w: int | None = None
+    ctl: asyncio.StreamReader | None = None
+    ctl_transport: asyncio.BaseTransport | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    closed: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "cwd": self.cwd,
+            "language": self.language,
+            "active": self.process is not None and self.process.returncode is None,
+            "createdAt": self.created_at,
+        }
+
+
+class UidPool:
+    """Uids for interpreter processes, one per live context."""
+
+    def __init__(self, base: int | None, count: int) -> None:
+        self._base = base
+        self._free = list(range(base, base + max(count, 1)))[::-1] if base is not None else []
+
+    def take(self) -> int | None:
+        if self._base is None:
+            return None
+        if not self._free:
+            raise RuntimeError("no free interpreter uid")
+        return self._free.pop()
+
+    def give(self, uid: int | None) -> None:
+        if uid is not None and self._base is not None:
+            _kill_uid(uid)
+            self._free.append(uid)
+
+
+def _kill_uid(uid: int) -> None:
+    """SIGKILL every process running as ``uid`` (processes that escaped the context's session)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status", encoding="ascii", errors="replace") as f:
+                for line in f:
+                    if line.startswith("Uid:"):
+                        if int(line.split()[1]) == uid:
+                            os.kill(int(entry), signal.SIGKILL)
+                        break
+        except (OSError, ValueError):
+            continue
+
+
+def _hand_over(root: str, uid: int) -> None:
+    with contextlib.suppress(OSError):
+        os.chown(root, uid, _NOGROUP)
+    for parent, dirs, files in os.walk(root):
+        for name in dirs + files:
+            with contextlib.suppress(OSError):
+                os.chown(os.path.join(parent, name), uid, _NOGROUP, follow_symlinks=False)
+
+
+class Interpreters:
+    """Contexts of every sandbox of one emulator."""
+
+    def __init__(self, settings: InterpreterSettings) -> None:
+        self.settings = settings
+        self._uids = UidPool(settings.uid_base, settings.uid_count)
+        self._contexts: dict[str, dict[str, Context]] = {}
+
+    def contexts(self, sandbox_id: str) -> dict[str, Context]:
+        return self._contexts.setdefault(sandbox_id, {})
+
+    def create(self, sandbox_id: str, home: str, env: dict[str, str], cwd: str, language: str = "python") -> Context:
+        context = Context(id=str(uuid.uuid4()), cwd=cwd, home=home, env=dict(env), language=language)
+        self.contexts(sandbox_id)[context.id] = context
+        return context
+
+    def default(self, sandbox_id: str, home: str, env: dict[str, str]) -> Context:
+        contexts = self.contexts(sandbox_id)
+        context = contexts.get("default")
+        if context is None:
+            context = Context(id="default", cwd=home, home=home, env=dict(env))
+            contexts["default"] = context
+        return context
+
+    def get(self, sandbox_id: str, context_id: str) -> Context | None:
+        return self._contexts.get(sandbox_id, {}).get(context_id)
+
+    def delete(self, sandbox_id: str, context_id: str) -> bool:
+        context = self._contexts.get(sandbox_id, {}).pop(context_id, None)
+        if context is None:
+            return False
+        context.closed = True
+        self._stop(context)
+        return True
+
+    def drop_sandbox(self, sandbox_id: str) -> None:
+        """Kill every context of a sandbox (stop or delete)."""
+        for context in self._contexts.pop(sandbox_id, {}).values():
+            context.closed = True
+            self._stop(context)
+
+    def close(self) -> None:
+        for sandbox_id in list(self._contexts):
+            self.drop_sandbox(sandbox_id)
+
+    def live_processes(self) -> int:
+        return sum(
+            1
+            for contexts in self._contexts.values()
+            for c in contexts.values()
+            if c.process is not None and c.process.returncode is None
+        )
+
+    # ------------------------------------------------------------------ processes
+
+    def _stop(self, context: Context) -> None:
+        process, context.process = context.process, None
+        if process is not None and process.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+        if context.cmd_w is not None:
+            with contextlib.suppress(OSError):
+                os.close(context.cmd_w)
+            context.cmd_w = None
+        if context.ctl_transport is not None:
+            context.ctl_transport.close()
+            context.ctl_transport = None
+        context.ctl = None
+        uid, context.uid = context.uid, None
+        self._uids.give(uid)
+
+    async def _start(self, context: Context) -> None:
+        settings = self.settings
+        uid = self._uids.take()
+        cmd_r, cmd_w = os.pipe()
+        ctl_r, ctl_w = os.pipe()
+        os.set_inheritable(cmd_r, True)
+        os.set_inheritable(ctl_w, True)
+        mib = 1024 * 1024
+        limits = {
+            "RLIMIT_NPROC": settings.max_processes if uid is not None else 0,
+            "RLIMIT_FSIZE": settings.max_file_size_mb * mib,
+            "RLIMIT_AS": settings.max_address_space_mb * mib,
+            "RLIMIT_CORE": 1,  # setrlimit(0) is skipped by the driver; 1 byte means no usable core
+        }
+        env = {
+            "PATH": f"{os.path.dirname(os.path.abspath(settings.python))}:{_SYSTEM_PATH}",
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "HOME": context.home,
+            "TMPDIR": context.home,
+            "PYTHONUNBUFFERED": "1",
+            **context.env,
+        }
+        if uid is not None:
+            _hand_over(context.home, uid)
+        cwd = context.cwd if os.path.isdir(context.cwd) else context.home
+        try:
+            process = await asyncio.create_subprocess_exec(
+                settings.python,
+                "-u",
+                _DRIVER,
+                str(cmd_r),
+                str(ctl_w),
+                json.dumps(limits),
+                "-" if uid is None else str(uid),
+                str(_NOGROUP),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=cwd,
+                env=env,
+                pass_fds=(cmd_r, ctl_w),
+                start_new_session=True,
+            )
+        except BaseException:
+            for fd in (cmd_r, cmd_w, ctl_r, ctl_w):
+                os.close(fd)
+            self._uids.give(uid)
+            raise
+        os.close(cmd_r)
+        os.close(ctl_w)
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=2**26)
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(ctl_r, "rb", buffering=0)
+        )
+        context.process, context.cmd_w, context.ctl, context.ctl_transport, context.uid = (
+            process,
+            cmd_w,
+            reader,
+            transport,
+            uid,
+        )
+
+    async def run(
+        self, context: Context, code: str, envs: dict[str, str], timeout: float, on_frame: OnFrame
+    ) -> ExecutionOutcome:
+        """Run ``code`` in ``context``; frames stream to ``on_frame``; raises :class:`InterpreterTimeout`."""
+        async with context.lock:
+            if context.closed:
+                raise RuntimeError("context deleted")
+            if context.process is None or context.process.returncode is not None:
+                self._stop(context)
+                await self._start(context)
+            elif context.uid is not None:
+                _hand_over(context.home, context.uid)
+            process = context.process
+            assert process is not None and process.stdout is not None and process.stderr is not None
+            assert context.ctl is not None and context.cmd_w is not None
+            nonce = uuid.uuid4().hex
+            line = json.dumps({"code": code, "envs": envs, "nonce": nonce}) + "\n"
+            outcome = ExecutionOutcome(error=None)
+            try:
+                os.write(context.cmd_w, line.encode())
+            except OSError:
+                self._stop(context)
+                raise RuntimeError("interpreter process is gone") from None
+            marker = _SENTINEL.format(nonce).encode()
+
+            async def pump(stream: asyncio.StreamReader, kind: str) -> None:
+                decoder = codecs.getincrementaldecoder("utf-8")("replace")
+                pending = b""
+                while True:
+                    chunk = await stream.read(65536)
+                    if not chunk:
+                        text = decoder.decode(pending, final=True)
+                        if text:
+                            await emit(kind, text)
+                        return
+                    pending += chunk
+                    index = pending.find(marker)
+                    if index >= 0:
+                        text = decoder.decode(pending[:index], final=True)
+                        if text:
+                            await emit(kind, text)
+                        return
+                    keep = len(marker) - 1
+                    flush, pending = pending[:-keep], pending[-keep:]
+                    text = decoder.decode(flush)
+                    if text:
+                        await emit(kind, text)
+
+            async def emit(kind: str, text: str) -> None:
+                if kind == "stdout":
+                    outcome.stdout += text
+                else:
+                    outcome.stderr += text
+                await on_frame({"type": kind, "text": text})
+
+            async def finish() -> None:
+                await asyncio.gather(pump(process.stdout, "stdout"), pump(process.stderr, "stderr"))  # type: ignore[arg-type]
+                assert context.ctl is not None
+                reply = await context.ctl.readline()
+                if not reply:
+                    outcome.error = {
+                        "name": "InterpreterExited",
+                        "value": "the interpreter process exited",
+                        "traceback": "",
+                    }
+                    self._stop(context)
+                    return
+                outcome.error = json.loads(reply).get("error")
+
+            try:
+                if timeout > 0:
+                    await asyncio.wait_for(finish(), timeout)
+                else:
+                    await finish()
+            except asyncio.TimeoutError:
+                self._stop(context)
+                raise InterpreterTimeout from None
+            except BaseException:
+                self._stop(context)
+                raise
+            return outcome
+
+
+def default_python() -> str:
+    return sys.executable

@@ -1,0 +1,99 @@
+"""What the journal says about sandboxes: which leaked (never deleted), who created them, how many lived at once.
+
+Creates and deletes are journaled with ``detail["sandbox_id"]`` and ``detail["labels"]``, so the report works on any
+journal (in process, or the list ``GET /_emulator/journal`` answers) without asking the service.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from emulator.journal import JournalEntry
+
+CREATE = "daytona.sandbox.create"
+DELETE = "daytona.sandbox.delete"
+
+
+@dataclass(frozen=True)
+class SandboxRecord:
+    """One sandbox as the journal saw it."""
+
+    id: str
+    labels: dict[str, str]
+    created: float
+    deleted: float | None = None
+
+    def creator(self, label: str) -> str | None:
+        """The value of the label that names the creator (e.g. ``"test"`` or ``"instance_id"``)."""
+        return self.labels.get(label)
+
+
+@dataclass
+class SandboxReport:
+    """Sandboxes created, deleted, leaked, and the most alive at once (per the journal)."""
+
+    sandboxes: list[SandboxRecord] = field(default_factory=list)
+
+    @property
+    def leaked(self) -> list[SandboxRecord]:
+        """Created and never deleted through the API."""
+        return [s for s in self.sandboxes if s.deleted is None]
+
+    @property
+    def max_alive(self) -> int:
+        events: list[tuple[float, int]] = []
+        for s in self.sandboxes:
+            events.append((s.created, 1))
+            if s.deleted is not None:
+                events.append((s.deleted, -1))
+        events.sort(key=lambda e: (e[0], e[1]))
+        best = alive = 0
+        for _, delta in events:
+            alive += delta
+            best = max(best, alive)
+        return best
+
+    def leaked_by(self, label: str) -> dict[str, list[str]]:
+        """Leaked sandbox ids grouped by the value of ``label`` (``"<unlabelled>"`` when missing)."""
+        groups: dict[str, list[str]] = {}
+        for s in self.leaked:
+            groups.setdefault(s.labels.get(label, "<unlabelled>"), []).append(s.id)
+        return groups
+
+    def describe(self, label: str) -> str:
+        """A human-readable leak summary naming creators by ``label``."""
+        if not self.leaked:
+            return "no leaked sandboxes"
+        lines = [f"{len(self.leaked)} leaked sandbox(es):"]
+        for creator, ids in sorted(self.leaked_by(label).items()):
+            lines.append(f"  {label}={creator}: {', '.join(ids)}")
+        return "\n".join(lines)
+
+
+def _get(entry: JournalEntry | Mapping[str, Any], key: str) -> Any:
+    if isinstance(entry, JournalEntry):
+        return getattr(entry, key)
+    return entry.get(key)
+
+
+def sandbox_report(entries: Iterable[JournalEntry | Mapping[str, Any]]) -> SandboxReport:
+    """Build a :class:`SandboxReport` from journal entries (objects or their ``to_dict`` form)."""
+    created: dict[str, SandboxRecord] = {}
+    for entry in entries:
+        route = _get(entry, "route")
+        status = _get(entry, "status")
+        detail = _get(entry, "detail") or {}
+        sandbox_id = detail.get("sandbox_id")
+        if not sandbox_id or status is None or status >= 400:
+            continue
+        finished = _get(entry, "finished")
+        when = finished if finished is not None else _get(entry, "started")
+        if route == CREATE:
+            created[sandbox_id] = SandboxRecord(sandbox_id, dict(detail.get("labels") or {}), when)
+        elif route == DELETE and sandbox_id in created:
+            record = created[sandbox_id]
+            if record.deleted is None:
+                created[sandbox_id] = SandboxRecord(record.id, record.labels, record.created, when)
+    return SandboxReport(sorted(created.values(), key=lambda s: s.created))

@@ -1,0 +1,404 @@
+"""The control plane's state: sandboxes, their lifecycle, quotas and file systems.
+
+A sandbox owns a directory ``<root>/<id>/`` with ``home/`` (the user's home and default working directory, where
+code runs) and ``fs/`` (where absolute paths of the file API outside the home land). It is removed on delete.
+Timers (auto-stop, auto-delete, creation and start latency) are evaluated lazily against the emulator clock each time
+the store is touched, so a fake clock drives them deterministically.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import DaytonaConfig
+from .errors import ApiError, now_iso
+
+CODE_LANGUAGE_LABEL = "code-toolbox-language"
+DAEMON_VERSION = "0.226.1"
+
+#: States in which a sandbox counts against CPU and memory quotas.
+_RUNNING = frozenset({"creating", "starting", "started", "stopping", "restoring", "resizing"})
+
+
+@dataclass
+class Sandbox:
+    id: str
+    name: str
+    organization_id: str
+    user: str
+    env: dict[str, str]
+    labels: dict[str, str]
+    target: str
+    cpu: int
+    gpu: int
+    memory: int
+    disk: int
+    public: bool
+    network_block_all: bool
+    snapshot: str | None
+    auto_stop_interval: int
+    auto_archive_interval: int
+    auto_delete_interval: int
+    root: str
+    created_at: str
+    created_mono: float
+    state: str = "started"
+    desired_state: str = "started"
+    error_reason: str | None = None
+    updated_at: str = ""
+    last_activity_mono: float = 0.0
+    last_activity_at: str = ""
+    stopped_mono: float | None = None
+    ready_at: float | None = None  # monotonic time a pending create/start completes
+    network_allow_list: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: The home directory: an executor work dir (so each execution gets it handed to its uid), and its executor.
+    home_dir: Any = None
+    home_owner: Any = None
+
+    @property
+    def home(self) -> str:
+        if self.home_dir is not None:
+            return str(self.home_dir.path)
+        return os.path.join(self.root, "home")
+
+    @property
+    def fs_root(self) -> str:
+        return os.path.join(self.root, "fs")
+
+    def to_json(self, toolbox_url: str, *, list_item: bool = False) -> dict[str, Any]:
+        """The Sandbox (or SandboxListItem) JSON with every field the SDK's models require, strictly typed."""
+        data: dict[str, Any] = {
+            "id": self.id,
+            "organizationId": self.organization_id,
+            "name": self.name,
+            "user": self.user,
+            "labels": dict(self.labels),
+            "public": self.public,
+            "networkBlockAll": self.network_block_all,
+            "target": self.target,
+            "cpu": self.cpu,
+            "gpu": self.gpu,
+            "memory": self.memory,
+            "disk": self.disk,
+            "state": self.state,
+            "desiredState": self.desired_state,
+            "errorReason": self.error_reason,
+            "recoverable": False if self.state == "error" else None,
+            "backupState": "None",
+            "autoStopInterval": self.auto_stop_interval,
+            "autoArchiveInterval": self.auto_archive_interval,
+            "autoDeleteInterval": self.auto_delete_interval,
+            "createdAt": self.created_at,
+            "updatedAt": self.updated_at,
+            "lastActivityAt": self.last_activity_at,
+            "sandboxClass": "container",
+            "daemonVersion": DAEMON_VERSION,
+            "runnerId": "emulator-runner",
+            "toolboxProxyUrl": toolbox_url,
+        }
+        if self.snapshot is not None:
+            data["snapshot"] = self.snapshot
+        if self.network_allow_list is not None:
+            data["networkAllowList"] = self.network_allow_list
+        if not list_item:
+            data["env"] = dict(self.env)
+            data["kvm"] = False
+            data["volumes"] = []
+        return data
+
+
+def _str_dict(value: Any, field_name: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ApiError(400, f"{field_name} must be an object of strings")
+    return dict(value)
+
+
+def _opt_int(body: dict[str, Any], key: str, default: int) -> int:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ApiError(400, f"{key} must be a number")
+    return int(value)
+
+
+class SandboxStore:
+    """All sandboxes of one emulator; thread-safe (the server may run on another thread than tests)."""
+
+    def __init__(self, config: DaytonaConfig, now: Callable[[], float]) -> None:
+        self.config = config
+        self._now = now
+        self._lock = threading.RLock()
+        self._sandboxes: dict[str, Sandbox] = {}
+        self._owned_root = config.root_dir is None
+        self._root: str | None = None
+        self.alive_high_water = 0
+        self._fail_next: list[tuple[str, str]] = []
+        #: Called with each sandbox removed by the store (delete or auto-delete): stop interpreters, sessions.
+        self.on_destroy: list[Callable[[Sandbox], None]] = []
+
+    @property
+    def root(self) -> str:
+        """Parent of the sandboxes' directories, made on first use."""
+        if self._root is None:
+            root = self.config.root_dir or tempfile.mkdtemp(prefix="sandbox-emulator-daytona-")
+            os.makedirs(root, exist_ok=True)
+            os.chmod(root, 0o711)
+            self._root = root
+        return self._root
+
+    # ------------------------------------------------------------------ helpers
+
+    def fail_next_creates(self, count: int = 1, state: str = "error", reason: str = "emulated failure") -> None:
+        """The next ``count`` creates end in ``state`` (``error`` or ``build_failed``) with ``reason``."""
+        with self._lock:
+            self._fail_next.extend([(state, reason)] * count)
+
+    def _touch(self, sandbox: Sandbox) -> None:
+        sandbox.updated_at = now_iso()
+
+    def mark_activity(self, sandbox: Sandbox) -> None:
+        sandbox.last_activity_mono = self._now()
+        sandbox.last_activity_at = now_iso()
+
+    def _advance(self, sandbox: Sandbox, now: float) -> None:
+        """Apply pending transitions and timers to one sandbox (called under the lock)."""
+        if sandbox.ready_at is not None and now >= sandbox.ready_at:
+            sandbox.ready_at = None
+            if sandbox.state in ("creating", "starting"):
+                sandbox.state = "started"
+                self.mark_activity(sandbox)
+                self._touch(sandbox)
+        if sandbox.state == "started" and sandbox.auto_stop_interval > 0:
+            if now - sandbox.last_activity_mono >= sandbox.auto_stop_interval * 60:
+                self._stop_locked(sandbox, now)
+        if sandbox.state == "stopped" and sandbox.auto_delete_interval >= 0 and sandbox.stopped_mono is not None:
+            if now - sandbox.stopped_mono >= sandbox.auto_delete_interval * 60:
+                self._destroy_locked(sandbox)
+
+    def sweep(self) -> None:
+        """Apply timers to every sandbox."""
+        with self._lock:
+            now = self._now()
+            for sandbox in list(self._sandboxes.values()):
+                self._advance(sandbox, now)
+
+    def alive(self) -> int:
+        with self._lock:
+            return len(self._sandboxes)
+
+    # ------------------------------------------------------------------ operations
+
+    def create(self, body: dict[str, Any]) -> Sandbox:
+        config = self.config
+        with self._lock:
+            self.sweep()
+            labels = _str_dict(body.get("labels"), "labels")
+            env = _str_dict(body.get("env"), "env")
+            name = body.get("name")
+            if name is not None and not isinstance(name, str):
+                raise ApiError(400, "name must be a string")
+            cpu = _opt_int(body, "cpu", config.default_cpu)
+            gpu = _opt_int(body, "gpu", 0)
+            memory = _opt_int(body, "memory", config.default_memory_gib)
+            disk = _opt_int(body, "disk", config.default_disk_gib)
+            auto_stop = _opt_int(body, "autoStopInterval", 15)
+            auto_archive = _opt_int(body, "autoArchiveInterval", 10080)
+            auto_delete = _opt_int(body, "autoDeleteInterval", -1)
+            if auto_stop < 0:
+                raise ApiError(400, "autoStopInterval must be a non-negative integer")
+            if name:
+                for other in self._sandboxes.values():
+                    if other.name == name:
+                        raise ApiError(409, f"Sandbox with name {name} already exists")
+            self._check_quotas(cpu, memory, disk)
+            sandbox_id = str(uuid.uuid4())
+            now = self._now()
+            stamp = now_iso()
+            root = os.path.join(self.root, sandbox_id)
+            os.makedirs(os.path.join(root, "fs"), mode=0o755)
+            os.chmod(root, 0o711)
+            user = body.get("user")
+            sandbox = Sandbox(
+                id=sandbox_id,
+                name=name or sandbox_id,
+                organization_id=config.organization_id,
+                user=user if isinstance(user, str) and user else "daytona",
+                env=env,
+                labels=labels,
+                target=body.get("target") if isinstance(body.get("target"), str) else config.target,
+                cpu=cpu,
+                gpu=gpu,
+                memory=memory,
+                disk=disk,
+                public=bool(body.get("public", False)),
+                network_block_all=bool(body.get("networkBlockAll", False)),
+                snapshot=body.get("snapshot") if isinstance(body.get("snapshot"), str) else None,
+                auto_stop_interval=auto_stop,
+                auto_archive_interval=auto_archive,
+                auto_delete_interval=auto_delete,
+                root=root,
+                created_at=stamp,
+                created_mono=now,
+                updated_at=stamp,
+                network_allow_list=body.get("networkAllowList")
+                if isinstance(body.get("networkAllowList"), str)
+                else None,
+            )
+            self.mark_activity(sandbox)
+            if self._fail_next:
+                state, reason = self._fail_next.pop(0)
+                sandbox.state, sandbox.error_reason = state, reason
+            elif config.create_latency > 0:
+                sandbox.state = "creating"
+                sandbox.ready_at = now + config.create_latency
+            self._sandboxes[sandbox_id] = sandbox
+            self.alive_high_water = max(self.alive_high_water, len(self._sandboxes))
+            return sandbox
+
+    def _check_quotas(self, cpu: int, memory: int, disk: int) -> None:
+        quotas = self.config.quotas
+        live = list(self._sandboxes.values())
+        if quotas.max_sandboxes is not None and len(live) + 1 > quotas.max_sandboxes:
+            raise ApiError(400, f"Sandbox quota exceeded. Maximum allowed: {quotas.max_sandboxes}.")
+        running = [s for s in live if s.state in _RUNNING]
+        if quotas.total_cpu is not None and sum(s.cpu for s in running) + cpu > quotas.total_cpu:
+            raise ApiError(400, f"Total CPU limit exceeded. Maximum allowed: {quotas.total_cpu}.")
+        if quotas.total_memory_gib is not None and sum(s.memory for s in running) + memory > quotas.total_memory_gib:
+            raise ApiError(400, f"Total memory limit exceeded. Maximum allowed: {quotas.total_memory_gib}GiB.")
+        if quotas.total_disk_gib is not None and sum(s.disk for s in live) + disk > quotas.total_disk_gib:
+            raise ApiError(400, f"Total disk limit exceeded. Maximum allowed: {quotas.total_disk_gib}GiB.")
+
+    def find(self, id_or_name: str) -> Sandbox | None:
+        """The live sandbox with this id or name (timers applied), else None."""
+        with self._lock:
+            sandbox = self._sandboxes.get(id_or_name)
+            if sandbox is None:
+                sandbox = next((s for s in self._sandboxes.values() if s.name == id_or_name), None)
+            if sandbox is None:
+                return None
+            self._advance(sandbox, self._now())
+            return self._sandboxes.get(sandbox.id)
+
+    def get(self, id_or_name: str) -> Sandbox:
+        sandbox = self.find(id_or_name)
+        if sandbox is None:
+            raise ApiError(404, f"Sandbox with ID or name {id_or_name} not found")
+        return sandbox
+
+    def list(self) -> list[Sandbox]:
+        with self._lock:
+            self.sweep()
+            return sorted(self._sandboxes.values(), key=lambda s: (s.created_mono, s.id))
+
+    def start(self, id_or_name: str) -> Sandbox:
+        with self._lock:
+            sandbox = self.get(id_or_name)
+            if sandbox.state in ("error", "build_failed"):
+                raise ApiError(400, f"Sandbox {sandbox.id} is in an errored state")
+            if sandbox.state in ("started", "starting", "creating"):
+                return sandbox
+            sandbox.desired_state = "started"
+            sandbox.stopped_mono = None
+            if self.config.start_latency > 0:
+                sandbox.state = "starting"
+                sandbox.ready_at = self._now() + self.config.start_latency
+            else:
+                sandbox.state = "started"
+                self.mark_activity(sandbox)
+            self._touch(sandbox)
+            return sandbox
+
+    def stop(self, id_or_name: str) -> Sandbox:
+        with self._lock:
+            sandbox = self.get(id_or_name)
+            if sandbox.state in ("error", "build_failed"):
+                raise ApiError(400, f"Sandbox {sandbox.id} is in an errored state")
+            if sandbox.state not in ("stopped",):
+                self._stop_locked(sandbox, self._now())
+            return sandbox
+
+    def _stop_locked(self, sandbox: Sandbox, now: float) -> None:
+        sandbox.state = "stopped"
+        sandbox.desired_state = "stopped"
+        sandbox.ready_at = None
+        sandbox.stopped_mono = now
+        self._touch(sandbox)
+        for hook in self.on_destroy:  # processes of a stopped sandbox die with it
+            hook(sandbox)
+        if sandbox.auto_delete_interval == 0:
+            self._destroy_locked(sandbox)
+
+    def delete(self, id_or_name: str) -> Sandbox:
+        with self._lock:
+            sandbox = self.get(id_or_name)
+            self._destroy_locked(sandbox)
+            sandbox.state = "destroying"
+            return sandbox
+
+    def _destroy_locked(self, sandbox: Sandbox) -> None:
+        if self._sandboxes.pop(sandbox.id, None) is None:
+            return
+        sandbox.state = "destroyed"
+        sandbox.desired_state = "destroyed"
+        self._touch(sandbox)
+        for hook in self.on_destroy:
+            hook(sandbox)
+        if sandbox.home_dir is not None:
+            sandbox.home_dir.cleanup()
+        _remove_tree(sandbox.root)
+
+    def set_labels(self, id_or_name: str, labels: dict[str, str]) -> Sandbox:
+        with self._lock:
+            sandbox = self.get(id_or_name)
+            sandbox.labels = dict(labels)
+            self._touch(sandbox)
+            return sandbox
+
+    def set_interval(self, id_or_name: str, which: str, minutes: int) -> Sandbox:
+        with self._lock:
+            sandbox = self.get(id_or_name)
+            if which == "autostop":
+                sandbox.auto_stop_interval = minutes
+            elif which == "autoarchive":
+                sandbox.auto_archive_interval = minutes
+            elif which == "autodelete":
+                sandbox.auto_delete_interval = minutes
+            self._touch(sandbox)
+            return sandbox
+
+    def clear(self) -> None:
+        """Destroy every sandbox (between tests) and forget the high-water mark."""
+        with self._lock:
+            for sandbox in list(self._sandboxes.values()):
+                self._destroy_locked(sandbox)
+            self.alive_high_water = 0
+            self._fail_next.clear()
+
+    def close(self) -> None:
+        self.clear()
+        if self._owned_root and self._root is not None:
+            _remove_tree(self._root)
+            self._root = None
+
+
+def _remove_tree(path: str) -> None:
+    def _fix(func: object, failed: str, _exc: object) -> None:
+        try:
+            os.chmod(os.path.dirname(failed), 0o700)
+            os.chmod(failed, 0o700, follow_symlinks=False)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=_fix)
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,583 @@
+"""HTTP and WebSocket surface of the emulated Daytona, mounted on the emulator's app.
+
+Control plane under ``""`` and ``/api`` (``/sandbox...``), toolbox under ``/toolbox/{sandboxId}/...`` (the
+``toolboxProxyUrl`` every Sandbox carries). Every route goes through the fault gate with a ``daytona.*`` route name
+(see :data:`ROUTES`); handlers then check the bearer key, apply the throttlers (control plane only, as the real
+API), and annotate the journal entry with the sandbox id and labels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from emulator.executor import Executor
+from emulator.gate import WS_TIMEOUT_CLOSE, FaultGate, current_entry
+
+from .config import AUTHENTICATED, SANDBOX_CREATE, SANDBOX_LIFECYCLE, DaytonaConfig
+from .errors import ApiError, api_error, daemon_error, json_response, now_iso
+from .files import file_info, multipart_body, parse_multipart, resolve, write_file
+from .interpreter import Context, InterpreterSettings, Interpreters, InterpreterTimeout
+from .sandboxes import Sandbox, SandboxStore
+from .throttle import Throttlers, Verdict
+from .toolbox import CommandTimeout, Toolbox, delete_path
+
+ExecutorGetter = Callable[[], Awaitable[Executor]]
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+#: Gate route names of the control plane: (method, path, route name, throttlers).
+CONTROL_ROUTES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("POST", "/sandbox", "daytona.sandbox.create", (AUTHENTICATED, SANDBOX_CREATE)),
+    ("GET", "/sandbox", "daytona.sandbox.list", (AUTHENTICATED,)),
+    ("GET", "/sandbox/{sid}", "daytona.sandbox.get", (AUTHENTICATED,)),
+    ("DELETE", "/sandbox/{sid}", "daytona.sandbox.delete", (AUTHENTICATED, SANDBOX_LIFECYCLE)),
+    ("POST", "/sandbox/{sid}/start", "daytona.sandbox.start", (AUTHENTICATED, SANDBOX_LIFECYCLE)),
+    ("POST", "/sandbox/{sid}/stop", "daytona.sandbox.stop", (AUTHENTICATED, SANDBOX_LIFECYCLE)),
+    ("GET", "/sandbox/{sid}/toolbox-proxy-url", "daytona.sandbox.toolbox_proxy_url", (AUTHENTICATED,)),
+    ("PUT", "/sandbox/{sid}/labels", "daytona.sandbox.labels", (AUTHENTICATED,)),
+    ("POST", "/sandbox/{sid}/autostop/{interval}", "daytona.sandbox.autostop", (AUTHENTICATED,)),
+    ("POST", "/sandbox/{sid}/autodelete/{interval}", "daytona.sandbox.autodelete", (AUTHENTICATED,)),
+    ("POST", "/sandbox/{sid}/autoarchive/{interval}", "daytona.sandbox.autoarchive", (AUTHENTICATED,)),
+)
+
+#: Gate route names of the toolbox, relative to ``/toolbox/{sid}``.
+TOOLBOX_ROUTES: tuple[tuple[str, str, str], ...] = (
+    ("POST", "/process/execute", "daytona.toolbox.execute"),
+    ("POST", "/process/code-run", "daytona.toolbox.code_run"),
+    ("POST", "/process/session", "daytona.toolbox.session.create"),
+    ("GET", "/process/session", "daytona.toolbox.session.list"),
+    ("GET", "/process/session/{session}", "daytona.toolbox.session.get"),
+    ("DELETE", "/process/session/{session}", "daytona.toolbox.session.delete"),
+    ("POST", "/process/session/{session}/exec", "daytona.toolbox.session.exec"),
+    ("GET", "/process/session/{session}/command/{command}", "daytona.toolbox.session.command"),
+    ("GET", "/process/session/{session}/command/{command}/logs", "daytona.toolbox.session.logs"),
+    ("POST", "/process/interpreter/context", "daytona.interpreter.context.create"),
+    ("GET", "/process/interpreter/context", "daytona.interpreter.context.list"),
+    ("DELETE", "/process/interpreter/context/{context}", "daytona.interpreter.context.delete"),
+    ("POST", "/files/bulk-upload", "daytona.toolbox.files.upload"),
+    ("POST", "/files/bulk-download", "daytona.toolbox.files.download"),
+    ("GET", "/files/download", "daytona.toolbox.files.download_one"),
+    ("GET", "/files", "daytona.toolbox.files.list"),
+    ("DELETE", "/files", "daytona.toolbox.files.delete"),
+    ("GET", "/files/info", "daytona.toolbox.files.info"),
+    ("POST", "/files/folder", "daytona.toolbox.files.folder"),
+    ("GET", "/user-home-dir", "daytona.toolbox.info"),
+    ("GET", "/work-dir", "daytona.toolbox.info"),
+    ("GET", "/version", "daytona.toolbox.info"),
+)
+
+ROUTE_INTERPRETER = "daytona.interpreter.execute"
+
+#: Every gate route name this service uses (for docs and fault plans).
+ROUTES: tuple[str, ...] = tuple(
+    dict.fromkeys([r[2] for r in CONTROL_ROUTES] + [r[2] for r in TOOLBOX_ROUTES] + [ROUTE_INTERPRETER])
+)
+
+
+def _json_body(body: bytes) -> dict[str, Any]:
+    if not body.strip():
+        return {}
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ApiError(400, "request body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "request body must be a JSON object")
+    return data
+
+
+def _note(sandbox: Sandbox) -> None:
+    entry = current_entry()
+    if entry is not None:
+        entry.detail["sandbox_id"] = sandbox.id
+        entry.detail["labels"] = dict(sandbox.labels)
+
+
+class DaytonaService:
+    """State and routes of the emulated Daytona for one emulator."""
+
+    def __init__(
+        self,
+        config: DaytonaConfig,
+        gate: FaultGate,
+        executor: ExecutorGetter,
+        now: Callable[[], float],
+        python: str,
+    ) -> None:
+        self.config = config
+        self.gate = gate
+        self._executor = executor
+        self.python = python
+        self.store = SandboxStore(config, now)
+        self.throttlers = Throttlers(config.throttlers, now)
+        self.toolbox = Toolbox(executor, config.default_command_timeout)
+        uid_base = config.interpreter_uid_base if os.geteuid() == 0 else None
+        self.interpreters = Interpreters(InterpreterSettings(python, uid_base, config.interpreter_uid_count))
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.store.on_destroy.append(self._halt)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _halt(self, sandbox: Sandbox) -> None:
+        """Stop a sandbox's processes (stop or delete); safe from any thread."""
+        loop = self._loop
+        if loop is not None and loop.is_running() and not _in_loop(loop):
+            loop.call_soon_threadsafe(self._halt_now, sandbox.id)
+        else:
+            self._halt_now(sandbox.id)
+
+    def _halt_now(self, sandbox_id: str) -> None:
+        self.interpreters.drop_sandbox(sandbox_id)
+        self.toolbox.drop_sandbox(sandbox_id)
+
+    def reset(self) -> None:
+        """Destroy every sandbox and restart the throttler windows (between tests)."""
+        self.store.clear()
+        self.throttlers.reset()
+
+    def close(self) -> None:
+        self.store.close()
+
+    async def _ensure_home(self, sandbox: Sandbox) -> None:
+        """Give the sandbox a home that the current executor hands to each execution's uid."""
+        executor = await self._executor()
+        if sandbox.home_owner is executor:
+            return
+        fresh = executor.workdir()
+        old = sandbox.home_dir
+        if old is not None and os.path.isdir(old.path):
+            os.rmdir(fresh.path)
+            os.rename(old.path, fresh.path)
+            old.cleanup()
+        sandbox.home_dir, sandbox.home_owner = fresh, executor
+
+    # ------------------------------------------------------------------ helpers
+
+    def _authorized(self, headers: Any) -> bool:
+        value = headers.get("authorization") or ""
+        scheme, _, token = value.partition(" ")
+        return scheme.lower() == "bearer" and token.strip() == self.config.api_key
+
+    @staticmethod
+    def _toolbox_url(request: Request) -> str:
+        return f"{request.url.scheme}://{request.url.netloc}/toolbox"
+
+    def _sandbox_json(self, sandbox: Sandbox, request: Request, *, list_item: bool = False) -> dict[str, Any]:
+        return sandbox.to_json(self._toolbox_url(request), list_item=list_item)
+
+    # ------------------------------------------------------------------ mounting
+
+    def mount(self, app: Any) -> None:
+        for prefix in ("", "/api"):
+            for method, path, route, throttlers in CONTROL_ROUTES:
+                app.router.add_route(prefix + path, self._control_endpoint(route, throttlers), methods=[method])
+        for method, path, route in TOOLBOX_ROUTES:
+            app.router.add_route("/toolbox/{sid}" + path, self._toolbox_endpoint(route), methods=[method])
+        app.router.add_websocket_route("/toolbox/{sid}/process/interpreter/execute", self._interpreter_ws)
+
+    def _control_endpoint(self, route: str, throttlers: tuple[str, ...]) -> Endpoint:
+        operation = getattr(self, "_op_" + route.rsplit(".", 1)[1])
+
+        async def endpoint(request: Request) -> Response:
+            async def answer(body: bytes) -> tuple[Response, dict[str, Any]]:
+                self._loop = asyncio.get_running_loop()
+                path = request.url.path
+                if not self._authorized(request.headers):
+                    return api_error(401, "Unauthorized", path), {}
+                verdict: Verdict = self.throttlers.hit(throttlers, self.config.organization_id)
+                if not verdict.allowed:
+                    response = json_response(
+                        {
+                            "statusCode": 429,
+                            "message": "ThrottlerException: Too Many Requests",
+                            "error": "Too Many Requests",
+                            "path": path,
+                            "timestamp": now_iso(),
+                        },
+                        429,
+                    )
+                    entry = current_entry()
+                    if entry is not None:
+                        entry.detail["throttler"] = verdict.refused_by
+                else:
+                    try:
+                        payload = await operation(request, _json_body(body) if body else {})
+                        response = json_response(payload)
+                    except ApiError as exc:
+                        response = api_error(exc.status, exc.message, path, code=exc.code)
+                for name, value in verdict.headers:
+                    response.headers[name] = value
+                return response, {}
+
+            return await self.gate.handle(route, request, answer)
+
+        return endpoint
+
+    def _toolbox_endpoint(self, route: str) -> Endpoint:
+        name = "_tb_" + route.removeprefix("daytona.").replace(".", "_")
+
+        async def endpoint(request: Request) -> Response:
+            operation = getattr(self, name, None) or self._tb_info_dispatch
+
+            async def answer(body: bytes) -> tuple[Response, dict[str, Any]]:
+                self._loop = asyncio.get_running_loop()
+                path = request.url.path
+                if not self._authorized(request.headers):
+                    return api_error(401, "Unauthorized", path), {}
+                try:
+                    sandbox = self._toolbox_sandbox(request)
+                    await self._ensure_home(sandbox)
+                    result = await operation(sandbox, request, body)
+                except CommandTimeout:
+                    return daemon_error(408, "command execution timeout", path, request.method, "REQUEST_TIMEOUT"), {}
+                except ApiError as exc:
+                    return daemon_error(exc.status, exc.message, path, request.method, exc.code), {}
+                except FileNotFoundError as exc:
+                    return daemon_error(
+                        404, f"file not found: {exc.filename}", path, request.method, "FILE_NOT_FOUND"
+                    ), {}
+                if isinstance(result, Response):
+                    return result, {}
+                return json_response(result), {}
+
+            return await self.gate.handle(route, request, answer)
+
+        return endpoint
+
+    def _toolbox_sandbox(self, request: Request) -> Sandbox:
+        sandbox = self.store.find(request.path_params["sid"])
+        if sandbox is None:
+            raise ApiError(404, f"Sandbox with ID {request.path_params['sid']} not found")
+        _note(sandbox)
+        if sandbox.state != "started":
+            raise ApiError(400, f"Sandbox {sandbox.id} is not started (state: {sandbox.state})")
+        self.store.mark_activity(sandbox)
+        return sandbox
+
+    # ------------------------------------------------------------------ control plane operations
+
+    async def _op_create(self, request: Request, body: dict[str, Any]) -> dict[str, Any]:
+        sandbox = self.store.create(body)
+        try:
+            await self._ensure_home(sandbox)
+        except BaseException:
+            self.store.delete(sandbox.id)
+            raise
+        _note(sandbox)
+        return self._sandbox_json(sandbox, request)
+
+    async def _op_get(self, request: Request, body: dict[str, Any]) -> dict[str, Any]:
+        sandbox = self.store.get(request.path_params["sid"])
+        _note(sandbox)
+        return self._sandbox_json(sandbox, request)
+
+    async def _op_list(self, request: Request, body: dict[str, Any]) -> dict[str, Any]:
+        query = request.query_params
+        sandboxes = self.store.list()
+        labels_raw = query.get("labels")
+        if labels_raw:
+            try:
+                wanted = json.loads(labels_raw)
+            except json.JSONDecodeError:
+                raise ApiError(400, "labels must be a JSON object") from None
+            if not isinstance(wanted, dict):
+                raise ApiError(400, "labels must be a JSON object")
+            sandboxes = [s for s in sandboxes if all(s.labels.get(k) == v for k, v in wanted.items())]
+        states = [p for v in query.getlist("states") for p in v.split(",") if p]
+        if states:
+            sandboxes = [s for s in sandboxes if s.state in states]
+        if query.get("id"):
+            sandboxes = [s for s in sandboxes if s.id.lower().startswith(query["id"].lower())]
+        if query.get("name"):
+            sandboxes = [s for s in sandboxes if s.name.lower().startswith(query["name"].lower())]
+        if query.get("order") == "desc":
+            sandboxes.reverse()
+        try:
+            limit = max(1, min(200, int(query.get("limit") or 100)))
+            offset = max(0, int(query.get("cursor") or 0))
+        except ValueError:
+            raise ApiError(400, "cursor and limit must be integers") from None
+        page = sandboxes[offset : offset + limit]
+        next_cursor = str(offset + limit) if offset + limit < len(sandboxes) else None
+        return {"items": [self._sandbox_json(s, request, list_item=True) for s in page], "nextCursor": next_cursor}
+
+    async def _op_delete(self, request: Request, body: dict[str, Any]) -> dict[str, Any]:
+        sandbox = self.store.delete(request.path_params["sid"])
+        _note(sandbox)
+        return self._sandbox_json(sandbox, request)
+
+    async def _op_start(self, request: Request, body: dict[str, Any]) -> dict[str, Any]:
+        sandbox = self.store.start(request.path_params["sid"])
+        _note(sandbox)
+        return self._sandbox_json(sandbox, request)
+
+    async def _op_stop(self, request: Request, body: dict[str, Any]) -> dict[str, Any]:
+        sandbox = self.store.stop(request.path_params["sid"])
+        _note(sandbox)
+        return self._sandbox_json(sandbox, request)
+
+    async def _op_toolbox_proxy_url(self, request: Request, body: dict[str, Any]) -> dict[str, Any]:
+        sandbox = self.store.get(request.path_params["sid"])
+        _note(sandbox)
+        return {"url": self._toolbox_url(request)}
+
+    async def _op_labels(self, request: Request, body: dict[str, Any]) -> dict[str, Any]:
+        labels = body.get("labels")
+        if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+            raise ApiError(400, "labels must be an object of strings")
+        sandbox = self.store.set_labels(request.path_params["sid"], labels)
+        _note(sandbox)
+        return {"labels": dict(sandbox.labels)}
+
+    async def _interval(self, request: Request, which: str) -> dict[str, Any]:
+        try:
+            minutes = int(request.path_params["interval"])
+        except ValueError:
+            raise ApiError(400, "interval must be an integer") from None
+        sandbox = self.store.set_interval(request.path_params["sid"], which, minutes)
+        _note(sandbox)
+        return self._sandbox_json(sandbox, request)
+
+    async def _op_autostop(self, request: Request, body: dict[str, Any]) -> dict[str, Any]:
+        return await self._interval(request, "autostop")
+
+    async def _op_autodelete(self, request: Request, body: dict[str, Any]) -> dict[str, Any]:
+        return await self._interval(request, "autodelete")
+
+    async def _op_autoarchive(self, request: Request, body: dict[str, Any]) -> dict[str, Any]:
+        return await self._interval(request, "autoarchive")
+
+    # ------------------------------------------------------------------ toolbox operations
+
+    async def _tb_toolbox_execute(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        return await self.toolbox.execute(sandbox, _json_body(body))
+
+    async def _tb_toolbox_code_run(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        return await self.toolbox.code_run(sandbox, _json_body(body), self.python)
+
+    async def _tb_toolbox_session_create(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        self.toolbox.create_session(sandbox, _json_body(body))
+        return Response(status_code=201)
+
+    async def _tb_toolbox_session_list(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        return [s.to_json() for s in self.toolbox.sessions(sandbox).values()]
+
+    async def _tb_toolbox_session_get(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        return self.toolbox.session(sandbox, request.path_params["session"]).to_json()
+
+    async def _tb_toolbox_session_delete(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        self.toolbox.delete_session(sandbox, request.path_params["session"])
+        return Response(status_code=204)
+
+    async def _tb_toolbox_session_exec(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        return await self.toolbox.session_exec(sandbox, request.path_params["session"], _json_body(body))
+
+    async def _tb_toolbox_session_command(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        params = request.path_params
+        return self.toolbox.command(sandbox, params["session"], params["command"]).to_json()
+
+    async def _tb_toolbox_session_logs(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        params = request.path_params
+        return self.toolbox.logs(sandbox, params["session"], params["command"])
+
+    async def _tb_interpreter_context_create(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        data = _json_body(body)
+        cwd = data.get("cwd")
+        target = resolve(sandbox, cwd) if isinstance(cwd, str) and cwd else sandbox.home
+        language = data.get("language") if isinstance(data.get("language"), str) else "python"
+        if language != "python":
+            raise ApiError(400, f"unsupported language: {language}")
+        context = self.interpreters.create(sandbox.id, sandbox.home, sandbox.env, target, language)
+        return context.to_json()
+
+    async def _tb_interpreter_context_list(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        contexts = self.interpreters.contexts(sandbox.id)
+        return {"contexts": [c.to_json() for c in contexts.values() if c.id != "default"]}
+
+    async def _tb_interpreter_context_delete(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        context_id = request.path_params["context"]
+        if context_id == "default":
+            raise ApiError(400, "the default context cannot be deleted")
+        if not self.interpreters.delete(sandbox.id, context_id):
+            raise ApiError(404, f"context {context_id} not found")
+        return {"message": f"context {context_id} deleted"}
+
+    async def _tb_toolbox_files_upload(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        parts = parse_multipart(body, request.headers.get("content-type"))
+        destinations: dict[str, str] = {}
+        written: list[dict[str, Any]] = []
+        errors: list[str] = []
+        for info, payload in parts:
+            field_name = info.get("name", "")
+            if field_name.endswith(".path"):
+                destinations[field_name[: -len(".path")]] = payload.decode("utf-8", "replace")
+            elif field_name.endswith(".file"):
+                prefix = field_name[: -len(".file")]
+                dest = destinations.get(prefix)
+                if dest is None:
+                    errors.append(f"{prefix}: the .path field must precede the .file field")
+                    continue
+                try:
+                    write_file(resolve(sandbox, dest), payload)
+                    written.append({"path": dest, "bytes": len(payload)})
+                except (ApiError, OSError) as exc:
+                    errors.append(f"{dest}: {exc}")
+        if errors:
+            return json_response({"errors": errors, "files": written}, 400)
+        return {"files": written}
+
+    async def _tb_toolbox_files_download(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        paths = _json_body(body).get("paths")
+        if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+            raise ApiError(400, "paths must be a list of strings")
+        parts: list[tuple[str, str, str, bytes]] = []
+        for path in paths:
+            try:
+                target = resolve(sandbox, path)
+                with open(target, "rb") as f:
+                    data = f.read()
+                parts.append(("file", path, "application/octet-stream", data))
+            except (ApiError, OSError) as exc:
+                missing = isinstance(exc, FileNotFoundError | IsADirectoryError)
+                error = {
+                    "message": f"file not found: {path}" if missing else str(exc),
+                    "statusCode": 404 if missing else 400,
+                    "code": "FILE_NOT_FOUND" if missing else "BAD_REQUEST",
+                }
+                parts.append(("error", path, "application/json", json.dumps(error).encode()))
+        payload, ctype = multipart_body(parts)
+        return Response(payload, media_type=None, headers={"Content-Type": ctype})
+
+    async def _tb_toolbox_files_download_one(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        path = request.query_params.get("path", "")
+        with open(resolve(sandbox, path), "rb") as f:
+            data = f.read()
+        return Response(data, media_type="application/octet-stream")
+
+    async def _tb_toolbox_files_list(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        path = request.query_params.get("path") or sandbox.home
+        target = resolve(sandbox, path)
+        names = sorted(os.listdir(target))
+        return [file_info(os.path.join(target, n), path.rstrip("/") + "/" + n) for n in names]
+
+    async def _tb_toolbox_files_info(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        path = request.query_params.get("path", "")
+        return file_info(resolve(sandbox, path), path)
+
+    async def _tb_toolbox_files_delete(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        path = request.query_params.get("path", "")
+        recursive = request.query_params.get("recursive", "false").lower() == "true"
+        delete_path(resolve(sandbox, path), recursive)
+        return Response(status_code=204)
+
+    async def _tb_toolbox_files_folder(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        path = request.query_params.get("path", "")
+        mode = int(request.query_params.get("mode") or "755", 8)
+        os.makedirs(resolve(sandbox, path), mode=mode, exist_ok=True)
+        return Response(status_code=201)
+
+    async def _tb_info_dispatch(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        tail = request.url.path.rsplit("/", 1)[-1]
+        if tail == "version":
+            return {"version": "0.226.1"}
+        return {"dir": sandbox.home}
+
+    # ------------------------------------------------------------------ interpreter WebSocket
+
+    async def _interpreter_ws(self, websocket: WebSocket) -> None:
+        async def serve() -> str:
+            self._loop = asyncio.get_running_loop()
+            path = websocket.url.path
+            if not self._authorized(websocket.headers):
+                await websocket.send_denial_response(api_error(401, "Unauthorized", path))
+                return "invalid"
+            sandbox = self.store.find(websocket.path_params["sid"])
+            if sandbox is None or sandbox.state != "started":
+                message = "Sandbox not found" if sandbox is None else "Sandbox is not started"
+                await websocket.send_denial_response(
+                    daemon_error(404 if sandbox is None else 400, message, path, "GET")
+                )
+                return "invalid"
+            _note(sandbox)
+            self.store.mark_activity(sandbox)
+            await self._ensure_home(sandbox)
+            await websocket.accept()
+            try:
+                request = json.loads(await websocket.receive_text())
+            except WebSocketDisconnect:
+                return "cancelled"
+            except json.JSONDecodeError:
+                await websocket.close(1003, "invalid request")
+                return "invalid"
+            return await self._interpret(websocket, sandbox, request if isinstance(request, dict) else {})
+
+        await self.gate.handle_ws(ROUTE_INTERPRETER, websocket, serve)
+
+    async def _interpret(self, websocket: WebSocket, sandbox: Sandbox, request: dict[str, Any]) -> str:
+        code = request.get("code")
+        if not isinstance(code, str):
+            await websocket.close(1003, "code is required")
+            return "invalid"
+        context_id = request.get("contextId")
+        context: Context | None
+        if isinstance(context_id, str) and context_id and context_id != "default":
+            context = self.interpreters.get(sandbox.id, context_id)
+            if context is None:
+                await websocket.send_text(
+                    json.dumps(
+                        {
+                            "type": "error",
+                            "name": "ContextNotFound",
+                            "value": f"context {context_id} not found",
+                            "traceback": "",
+                        }
+                    )
+                )
+                await websocket.close(1000)
+                return "invalid"
+        else:
+            context = self.interpreters.default(sandbox.id, sandbox.home, sandbox.env)
+        envs = request.get("envs") if isinstance(request.get("envs"), dict) else {}
+        timeout_raw = request.get("timeout")
+        timeout = (
+            float(timeout_raw)
+            if isinstance(timeout_raw, int | float) and not isinstance(timeout_raw, bool)
+            else self.config.interpreter_timeout
+        )
+
+        async def send(frame: dict[str, str]) -> None:
+            await websocket.send_text(json.dumps(frame))
+
+        try:
+            outcome = await self.interpreters.run(
+                context, code, {str(k): str(v) for k, v in envs.items()}, timeout, send
+            )
+        except InterpreterTimeout:
+            with contextlib.suppress(Exception):
+                await websocket.close(WS_TIMEOUT_CLOSE, "execution timeout")
+            return "timeout"
+        except (WebSocketDisconnect, RuntimeError):
+            return "cancelled"
+        if outcome.error is not None:
+            await send({"type": "error", **outcome.error})
+        await send({"type": "control", "text": "completed"})
+        await websocket.close(1000)
+        return "ok"
+
+
+def _in_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+__all__ = ["ROUTES", "DaytonaService"]

@@ -1,0 +1,238 @@
+"""The per-sandbox toolbox (the daemon): process execution, sessions and files.
+
+Commands and code run for real through the emulator's executor, with the sandbox's home as working directory (the
+executor hands it to the execution's uid), the sandbox's env plus the request's ``envs``, and the daemon's answers:
+a non-zero exit is HTTP 200 with ``exitCode``; a timeout is 408 ``REQUEST_TIMEOUT``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import shutil
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from emulator.executor import ExecutionRequest, ExecutionResult, Executor
+
+from .errors import ApiError
+from .files import resolve
+from .sandboxes import Sandbox
+
+BASH = "/bin/bash"
+ExecutorGetter = Callable[[], Awaitable[Executor]]
+
+
+class CommandTimeout(Exception):
+    """The command ran past its timeout (the daemon answers 408 REQUEST_TIMEOUT)."""
+
+
+@dataclass
+class SessionCommand:
+    id: str
+    command: str
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    task: asyncio.Task[None] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"id": self.id, "command": self.command}
+        if self.exit_code is not None:
+            data["exitCode"] = self.exit_code
+        return data
+
+
+@dataclass
+class Session:
+    id: str
+    commands: dict[str, SessionCommand] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sessionId": self.id, "commands": [c.to_json() for c in self.commands.values()]}
+
+
+def _combined(result: ExecutionResult) -> str:
+    return (result.stdout or "") + (result.stderr or "")
+
+
+class Toolbox:
+    """Runs toolbox operations for sandboxes of one emulator."""
+
+    def __init__(self, executor: ExecutorGetter, default_timeout: float) -> None:
+        self._executor = executor
+        self._default_timeout = default_timeout
+        self._sessions: dict[str, dict[str, Session]] = {}
+
+    def drop_sandbox(self, sandbox_id: str) -> None:
+        for session in self._sessions.pop(sandbox_id, {}).values():
+            for command in session.commands.values():
+                if command.task is not None and not command.task.done():
+                    command.task.cancel()
+
+    def _timeout(self, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            return self._default_timeout
+        return float(value)
+
+    @staticmethod
+    def _envs(sandbox: Sandbox, value: Any) -> dict[str, str]:
+        env = dict(sandbox.env)
+        if isinstance(value, dict):
+            env.update({str(k): str(v) for k, v in value.items()})
+        return env
+
+    async def _run(
+        self, argv: list[str], sandbox: Sandbox, env: dict[str, str], timeout: float, script: str | None = None
+    ) -> ExecutionResult:
+        executor = await self._executor()
+        return await executor.run(
+            ExecutionRequest(argv=argv, cwd=sandbox.home, timeout=timeout, extra_env=env, python_script=script)
+        )
+
+    async def shell(
+        self, sandbox: Sandbox, command: str, cwd: str | None, env: dict[str, str], timeout: float
+    ) -> ExecutionResult:
+        """``command`` through bash with stderr merged into stdout, in ``cwd`` (a sandbox path) or the home."""
+        prefix = "exec 2>&1\n"
+        if cwd:
+            target = resolve(sandbox, cwd)
+            if not os.path.isdir(target):
+                raise ApiError(400, f"cwd does not exist: {cwd}")
+            prefix += f"cd -- {shlex.quote(target)} || exit 1\n"
+        result = await self._run([BASH, "-c", prefix + command], sandbox, env, timeout)
+        if result.status == "TimeLimitExceeded":
+            raise CommandTimeout
+        if result.status == "Error":
+            raise ApiError(500, result.stderr or "execution failed")
+        return result
+
+    # ------------------------------------------------------------------ process
+
+    async def execute(self, sandbox: Sandbox, body: dict[str, Any]) -> dict[str, Any]:
+        command = body.get("command")
+        if not isinstance(command, str) or not command:
+            raise ApiError(400, "command is required")
+        cwd = body.get("cwd") if isinstance(body.get("cwd"), str) else None
+        result = await self.shell(
+            sandbox, command, cwd, self._envs(sandbox, body.get("envs")), self._timeout(body.get("timeout"))
+        )
+        return {"exitCode": result.return_code if result.return_code is not None else -1, "result": _combined(result)}
+
+    async def code_run(self, sandbox: Sandbox, body: dict[str, Any], python: str) -> dict[str, Any]:
+        code = body.get("code")
+        if not isinstance(code, str):
+            raise ApiError(400, "code is required")
+        language = body.get("language") or sandbox.labels.get("code-toolbox-language", "python")
+        argv_extra = body.get("argv") or []
+        if not isinstance(argv_extra, list) or not all(isinstance(a, str) for a in argv_extra):
+            raise ApiError(400, "argv must be a list of strings")
+        env = self._envs(sandbox, body.get("envs"))
+        timeout = self._timeout(body.get("timeout"))
+        if language not in ("python", "python3"):
+            raise ApiError(400, f"unsupported language: {language}")
+        scripts = os.path.join(sandbox.root, "run")
+        os.makedirs(scripts, mode=0o755, exist_ok=True)
+        script = os.path.join(scripts, f"code-{uuid.uuid4().hex}.py")
+        with open(script, "w", encoding="utf-8") as f:
+            f.write(code)
+        os.chmod(script, 0o644)
+        try:
+            if argv_extra:
+                result = await self._run([python, "-u", script, *argv_extra], sandbox, env, timeout)
+            else:
+                result = await self._run([python, script], sandbox, env, timeout, script=script)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(script)
+        if result.status == "TimeLimitExceeded":
+            raise CommandTimeout
+        if result.status == "Error":
+            raise ApiError(500, result.stderr or "execution failed")
+        return {
+            "exitCode": result.return_code if result.return_code is not None else -1,
+            "result": _combined(result),
+            "artifacts": {"charts": []},
+        }
+
+    # ------------------------------------------------------------------ sessions
+
+    def sessions(self, sandbox: Sandbox) -> dict[str, Session]:
+        return self._sessions.setdefault(sandbox.id, {})
+
+    def session(self, sandbox: Sandbox, session_id: str) -> Session:
+        session = self.sessions(sandbox).get(session_id)
+        if session is None:
+            raise ApiError(404, f"session {session_id} not found")
+        return session
+
+    def create_session(self, sandbox: Sandbox, body: dict[str, Any]) -> None:
+        session_id = body.get("sessionId")
+        if not isinstance(session_id, str) or not session_id:
+            raise ApiError(400, "sessionId is required")
+        sessions = self.sessions(sandbox)
+        if session_id in sessions:
+            raise ApiError(409, f"session {session_id} already exists")
+        sessions[session_id] = Session(session_id)
+
+    def delete_session(self, sandbox: Sandbox, session_id: str) -> None:
+        session = self.session(sandbox, session_id)
+        for command in session.commands.values():
+            if command.task is not None and not command.task.done():
+                command.task.cancel()
+        del self.sessions(sandbox)[session_id]
+
+    async def session_exec(self, sandbox: Sandbox, session_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        session = self.session(sandbox, session_id)
+        command_text = body.get("command")
+        if not isinstance(command_text, str) or not command_text:
+            raise ApiError(400, "command is required")
+        command = SessionCommand(str(uuid.uuid4()), command_text)
+        session.commands[command.id] = command
+
+        async def run() -> None:
+            executor_result = await self._run(
+                [BASH, "-c", command_text], sandbox, dict(sandbox.env), self._default_timeout
+            )
+            command.stdout = executor_result.stdout or ""
+            command.stderr = executor_result.stderr or ""
+            command.exit_code = executor_result.return_code if executor_result.return_code is not None else -1
+
+        if body.get("runAsync") or body.get("async"):
+            command.task = asyncio.ensure_future(run())
+            return {"cmdId": command.id}
+        await run()
+        return {
+            "cmdId": command.id,
+            "exitCode": command.exit_code,
+            "output": command.stdout + command.stderr,
+            "stdout": command.stdout,
+            "stderr": command.stderr,
+        }
+
+    def command(self, sandbox: Sandbox, session_id: str, command_id: str) -> SessionCommand:
+        command = self.session(sandbox, session_id).commands.get(command_id)
+        if command is None:
+            raise ApiError(404, f"command {command_id} not found")
+        return command
+
+    def logs(self, sandbox: Sandbox, session_id: str, command_id: str) -> dict[str, str]:
+        command = self.command(sandbox, session_id, command_id)
+        return {"output": command.stdout + command.stderr, "stdout": command.stdout, "stderr": command.stderr}
+
+
+def delete_path(target: str, recursive: bool) -> None:
+    if os.path.isdir(target) and not os.path.islink(target):
+        if not recursive:
+            try:
+                os.rmdir(target)
+            except OSError as exc:
+                raise ApiError(400, f"directory is not empty: {exc}") from None
+            return
+        shutil.rmtree(target)
+    else:
+        os.unlink(target)
