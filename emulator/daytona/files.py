@@ -127,3 +127,18 @@ def write_file(target: str, data: bytes) -> None:
         f.write(data)
     os.chmod(tmp, 0o644)
     os.replace(tmp, target)
+
+
+def read_file(target: str) -> bytes:
+    with open(target, "rb") as f:
+        return f.read()
+
+
+def is_dir(target: str) -> bool:
+    return os.path.isdir(target)
+
+
+def write_text(target: str, text: str) -> None:
+    with open(target, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.chmod(target, 0o644)

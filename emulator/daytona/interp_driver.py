@@ -1,7 +1,8 @@
 """Runs inside an interpreter context's process: a persistent namespace fed code over a pipe.
 
-argv: ``<cmd_fd> <ctl_fd> <limits JSON> <uid> <gid>`` (uid/gid ``-`` = no change). Started as the emulator's user,
-it lowers its rlimits and drops to the sandbox uid (no supplementary groups) before reading any code. Each command is a JSON line ``{"code", "envs", "nonce"}``; the code runs
+argv: ``<cmd_fd> <ctl_fd> <limits JSON> <uid> <gid>`` (uid ``-`` = no change). Started as the emulator's user,
+it lowers its rlimits and drops to the sandbox uid (no supplementary groups) before reading any code.
+Each command is a JSON line ``{"code", "envs", "nonce"}``; the code runs
 in the context's namespace with stdout/stderr going to the real fds 1/2 (so subprocesses' output is captured too),
 then the nonce sentinel is written to both, then ``{"error": null | {name, value, traceback}}`` on the control fd.
 Stdlib only: this file runs under the sandbox's runtime interpreter, as the sandbox uid.
@@ -17,7 +18,7 @@ import traceback
 SENTINEL = "\x00\x1edaytona-emulator-end:{}\x1e\x00"
 
 
-def _apply_limits(limits: dict) -> None:
+def _apply_limits(limits: dict[str, int]) -> None:
     for name, value in limits.items():
         which = getattr(resource, name, None)
         if which is None or value is None or value <= 0:
@@ -30,7 +31,7 @@ def _apply_limits(limits: dict) -> None:
             pass
 
 
-def _error_of(exc: BaseException) -> dict:
+def _error_of(exc: BaseException) -> dict[str, str]:
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
     # Drop this driver's own frame, as a REPL would show only the user's code.
     if len(tb) > 1 and "interp_driver" in tb[1]:
@@ -47,12 +48,12 @@ def main() -> None:
         os.setuid(int(sys.argv[4]))
     commands = os.fdopen(cmd_fd, "r", encoding="utf-8")
     control = os.fdopen(ctl_fd, "w", encoding="utf-8", buffering=1)
-    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    namespace: dict[str, object] = {"__name__": "__main__", "__builtins__": __builtins__}
     for line in commands:
         request = json.loads(line)
         saved = dict(os.environ)
         os.environ.update(request.get("envs") or {})
-        error = None
+        error: dict[str, str] | None = None
         try:
             code = compile(request["code"], "<string>", "exec")
             exec(code, namespace)

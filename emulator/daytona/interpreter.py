@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import signal
-import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -212,7 +211,7 @@ class Interpreters:
             "RLIMIT_CORE": 1,  # setrlimit(0) is skipped by the driver; 1 byte means no usable core
         }
         env = {
-            "PATH": f"{os.path.dirname(os.path.abspath(settings.python))}:{_SYSTEM_PATH}",
+            "PATH": f"{_bin_dir(settings.python)}:{_SYSTEM_PATH}",
             "LANG": "C.UTF-8",
             "LC_ALL": "C.UTF-8",
             "HOME": context.home,
@@ -222,7 +221,7 @@ class Interpreters:
         }
         if uid is not None:
             _hand_over(context.home, uid)
-        cwd = context.cwd if os.path.isdir(context.cwd) else context.home
+        cwd = context.cwd if _is_dir(context.cwd) else context.home
         try:
             process = await asyncio.create_subprocess_exec(
                 settings.python,
@@ -344,5 +343,9 @@ class Interpreters:
             return outcome
 
 
-def default_python() -> str:
-    return sys.executable
+def _bin_dir(python: str) -> str:
+    return os.path.dirname(os.path.abspath(python))
+
+
+def _is_dir(path: str) -> bool:
+    return os.path.isdir(path)

@@ -179,12 +179,17 @@ class SandboxStore:
                 sandbox.state = "started"
                 self.mark_activity(sandbox)
                 self._touch(sandbox)
-        if sandbox.state == "started" and sandbox.auto_stop_interval > 0:
-            if now - sandbox.last_activity_mono >= sandbox.auto_stop_interval * 60:
-                self._stop_locked(sandbox, now)
-        if sandbox.state == "stopped" and sandbox.auto_delete_interval >= 0 and sandbox.stopped_mono is not None:
-            if now - sandbox.stopped_mono >= sandbox.auto_delete_interval * 60:
-                self._destroy_locked(sandbox)
+        idle = now - sandbox.last_activity_mono
+        if sandbox.state == "started" and sandbox.auto_stop_interval > 0 and idle >= sandbox.auto_stop_interval * 60:
+            self._stop_locked(sandbox, now)
+        stopped = sandbox.stopped_mono
+        if (
+            sandbox.state == "stopped"
+            and stopped is not None
+            and sandbox.auto_delete_interval >= 0
+            and now - stopped >= sandbox.auto_delete_interval * 60
+        ):
+            self._destroy_locked(sandbox)
 
     def sweep(self) -> None:
         """Apply timers to every sandbox."""
@@ -236,7 +241,7 @@ class SandboxStore:
                 user=user if isinstance(user, str) and user else "daytona",
                 env=env,
                 labels=labels,
-                target=body.get("target") if isinstance(body.get("target"), str) else config.target,
+                target=str(body["target"]) if isinstance(body.get("target"), str) else config.target,
                 cpu=cpu,
                 gpu=gpu,
                 memory=memory,

@@ -24,8 +24,8 @@ from emulator.gate import WS_TIMEOUT_CLOSE, FaultGate, current_entry
 
 from .config import AUTHENTICATED, SANDBOX_CREATE, SANDBOX_LIFECYCLE, DaytonaConfig
 from .errors import ApiError, api_error, daemon_error, json_response, now_iso
-from .files import file_info, multipart_body, parse_multipart, resolve, write_file
-from .interpreter import Context, InterpreterSettings, Interpreters, InterpreterTimeout
+from .files import file_info, multipart_body, parse_multipart, read_file, resolve, write_file
+from .interpreter import Context, Interpreters, InterpreterSettings, InterpreterTimeout
 from .sandboxes import Sandbox, SandboxStore
 from .throttle import Throttlers, Verdict
 from .toolbox import CommandTimeout, Toolbox, delete_path
@@ -149,15 +149,8 @@ class DaytonaService:
     async def _ensure_home(self, sandbox: Sandbox) -> None:
         """Give the sandbox a home that the current executor hands to each execution's uid."""
         executor = await self._executor()
-        if sandbox.home_owner is executor:
-            return
-        fresh = executor.workdir()
-        old = sandbox.home_dir
-        if old is not None and os.path.isdir(old.path):
-            os.rmdir(fresh.path)
-            os.rename(old.path, fresh.path)
-            old.cleanup()
-        sandbox.home_dir, sandbox.home_owner = fresh, executor
+        if sandbox.home_owner is not executor:
+            _adopt_home(sandbox, executor)
 
     # ------------------------------------------------------------------ helpers
 
@@ -441,9 +434,7 @@ class DaytonaService:
         parts: list[tuple[str, str, str, bytes]] = []
         for path in paths:
             try:
-                target = resolve(sandbox, path)
-                with open(target, "rb") as f:
-                    data = f.read()
+                data = read_file(resolve(sandbox, path))
                 parts.append(("file", path, "application/octet-stream", data))
             except (ApiError, OSError) as exc:
                 missing = isinstance(exc, FileNotFoundError | IsADirectoryError)
@@ -458,8 +449,7 @@ class DaytonaService:
 
     async def _tb_toolbox_files_download_one(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         path = request.query_params.get("path", "")
-        with open(resolve(sandbox, path), "rb") as f:
-            data = f.read()
+        data = read_file(resolve(sandbox, path))
         return Response(data, media_type="application/octet-stream")
 
     async def _tb_toolbox_files_list(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
@@ -545,7 +535,8 @@ class DaytonaService:
                 return "invalid"
         else:
             context = self.interpreters.default(sandbox.id, sandbox.home, sandbox.env)
-        envs = request.get("envs") if isinstance(request.get("envs"), dict) else {}
+        raw_envs = request.get("envs")
+        envs: dict[str, Any] = raw_envs if isinstance(raw_envs, dict) else {}
         timeout_raw = request.get("timeout")
         timeout = (
             float(timeout_raw)
@@ -571,6 +562,17 @@ class DaytonaService:
         await send({"type": "control", "text": "completed"})
         await websocket.close(1000)
         return "ok"
+
+
+def _adopt_home(sandbox: Sandbox, executor: Executor) -> None:
+    """Make the sandbox's home one of ``executor``'s work dirs, moving the old home's contents there."""
+    fresh = executor.workdir()
+    old = sandbox.home_dir
+    if old is not None and os.path.isdir(old.path):
+        os.rmdir(fresh.path)
+        os.rename(old.path, fresh.path)
+        old.cleanup()
+    sandbox.home_dir, sandbox.home_owner = fresh, executor
 
 
 def _in_loop(loop: asyncio.AbstractEventLoop) -> bool:

@@ -20,7 +20,7 @@ from typing import Any
 from emulator.executor import ExecutionRequest, ExecutionResult, Executor
 
 from .errors import ApiError
-from .files import resolve
+from .files import is_dir, resolve, write_text
 from .sandboxes import Sandbox
 
 BASH = "/bin/bash"
@@ -101,7 +101,7 @@ class Toolbox:
         prefix = "exec 2>&1\n"
         if cwd:
             target = resolve(sandbox, cwd)
-            if not os.path.isdir(target):
+            if not is_dir(target):
                 raise ApiError(400, f"cwd does not exist: {cwd}")
             prefix += f"cd -- {shlex.quote(target)} || exit 1\n"
         result = await self._run([BASH, "-c", prefix + command], sandbox, env, timeout)
@@ -138,9 +138,7 @@ class Toolbox:
         scripts = os.path.join(sandbox.root, "run")
         os.makedirs(scripts, mode=0o755, exist_ok=True)
         script = os.path.join(scripts, f"code-{uuid.uuid4().hex}.py")
-        with open(script, "w", encoding="utf-8") as f:
-            f.write(code)
-        os.chmod(script, 0o644)
+        write_text(script, code)
         try:
             if argv_extra:
                 result = await self._run([python, "-u", script, *argv_extra], sandbox, env, timeout)
