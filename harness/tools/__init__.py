@@ -1,0 +1,1 @@
+"""verl tools backed by the emulated (or real) sandboxes."""

@@ -1,0 +1,243 @@
+"""``SandboxFusionTool`` for verl 0.8+ (which removed its own), reading verl 0.7.1's YAML keys.
+
+What the model sees for program outcomes is what verl 0.7.1 showed: ``stdout + stderr`` when the program ran to the
+end (whatever its exit code), ``"no stdout here"`` for a timeout, a compile error or an unsupported language.
+Unlike 0.7.1, infrastructure faults (HTTP 429/5xx/504, resets, timeouts of the HTTP call, malformed answers,
+``SandboxError``, a null ``stdout``) are retried with jittered exponential backoff, honouring ``Retry-After``, within
+a budget; when it is spent the model sees :data:`INFRA_FAULT_OBSERVATION` (never a fake program output) and the
+fault is reported in the tool metrics.
+
+Config (YAML ``config:`` of the tool entry): ``sandbox_fusion_url`` (full URL incl. ``/run_code``, as verl),
+``num_workers`` (concurrent calls per tool, default 10), ``rate_limit`` (in-flight cap, default 10),
+``enable_global_rate_limit`` (default true), ``default_timeout`` (30), ``default_language`` ("python"),
+``memory_limit_mb`` (1024), and ``retry`` (see :class:`~harness.tools.retry.RetryPolicy`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+from uuid import uuid4
+
+import aiohttp
+from verl.tools.base_tool import BaseTool
+from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+from verl.utils.reward_score.sandbox_fusion.utils import SUPPORTED_LANGUAGES
+
+from harness.ratelimit import ConcurrencyLimiter
+from harness.tools.retry import RetryPolicy, retry_after_seconds
+
+#: What verl 0.7.1 showed for any run that did not finish (timeout, compile error, sandbox or API error).
+NO_STDOUT = "no stdout here"
+#: What the model sees when the sandbox service itself failed and the retry budget is spent.
+INFRA_FAULT_OBSERVATION = (
+    "Sandbox unavailable: the code sandbox service failed ({reason}); the program's output is unknown."
+)
+
+DEFAULT_SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": "code_interpreter",
+        "description": "A tool for executing code.",
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "description": "The code to execute."}},
+            "required": ["code"],
+        },
+    },
+}
+
+
+class InfraFault(Exception):
+    """The service (not the program) failed; ``retry_after`` is the server's hint, if any."""
+
+    def __init__(self, reason: str, retryable: bool = True, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A program outcome as the model should see it, plus the label verl's ``_process_single_case`` would give."""
+
+    text: str
+    status: str  # success | runtime_error | timeout | compile_error | invalid_language
+
+
+def classify(body: Any) -> Outcome:
+    """Map a 200 ``/run_code`` answer to what the model sees; raise :class:`InfraFault` for service-side failures."""
+    if not isinstance(body, dict) or body.get("status") not in ("Success", "Failed", "SandboxError"):
+        raise InfraFault("malformed answer")
+    if body["status"] == "SandboxError":
+        raise InfraFault(f"SandboxError: {str(body.get('message', ''))[:200]}")
+    compile_result = body.get("compile_result")
+    run_result = body.get("run_result")
+    if isinstance(compile_result, dict) and (
+        compile_result.get("status") != "Finished" or compile_result.get("return_code") not in (0, None)
+    ):
+        return Outcome(NO_STDOUT, "compile_error")
+    if not isinstance(run_result, dict):
+        raise InfraFault("answer without run_result")
+    status = run_result.get("status")
+    if status == "TimeLimitExceeded":
+        return Outcome(NO_STDOUT, "timeout")
+    if status != "Finished":
+        raise InfraFault(f"run status {status!r}")
+    stdout, stderr = run_result.get("stdout"), run_result.get("stderr")
+    if not isinstance(stdout, str) or not isinstance(stderr, str):
+        raise InfraFault("answer with null stdout or stderr")
+    return Outcome(stdout + stderr, "success" if run_result.get("return_code") == 0 else "runtime_error")
+
+
+class SandboxFusionTool(BaseTool):
+    """Runs code through Sandbox Fusion's ``/run_code`` with retries, limits and honest fault reporting."""
+
+    def __init__(self, config: dict[str, Any], tool_schema: OpenAIFunctionToolSchema | None = None) -> None:
+        schema = tool_schema or OpenAIFunctionToolSchema.model_validate(DEFAULT_SCHEMA)
+        super().__init__(config, schema)
+        self.url = str(config.get("sandbox_fusion_url") or "")
+        if not self.url:
+            raise ValueError("sandbox_fusion_url is not set (the full URL of /run_code)")
+        self.num_workers = _positive_int(config, "num_workers", 10)
+        self.rate_limit = _positive_int(config, "rate_limit", 10)
+        self.enable_global_rate_limit = bool(config.get("enable_global_rate_limit", True))
+        self.default_timeout = float(config.get("default_timeout", 30))
+        self.default_language = str(config.get("default_language", "python"))
+        self.memory_limit_mb = int(config.get("memory_limit_mb", 1024))
+        self.retry = RetryPolicy.from_config(config)
+        self._rng = random.Random()
+        self._instances: dict[str, dict[str, Any]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._workers: ConcurrencyLimiter | None = None
+        self._limiter: ConcurrencyLimiter | None = None
+
+    def _bind_loop(self) -> None:
+        """aiohttp sessions and asyncio limiters belong to one event loop; rebuild them if the loop changed."""
+        loop = asyncio.get_running_loop()
+        if self._loop is loop:
+            return
+        self._loop = loop
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        self._workers = ConcurrencyLimiter(self.num_workers)
+        # The in-flight cap: shared by every caller of this tool object (cluster-wide backends plug in here).
+        self._limiter = ConcurrencyLimiter(self.rate_limit) if self.enable_global_rate_limit else None
+
+    async def create(self, instance_id: str | None = None, **kwargs: Any) -> tuple[str, ToolResponse]:
+        instance_id = instance_id or str(uuid4())
+        self._instances[instance_id] = {"calls": 0}
+        return instance_id, ToolResponse()
+
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict[str, Any]]:
+        code = parameters.get("code", "")
+        timeout = parameters.get("timeout", self.default_timeout)
+        language = parameters.get("language", self.default_language)
+        if not isinstance(code, str):
+            code = json.dumps(code)
+        try:
+            timeout = float(timeout)
+        except (TypeError, ValueError):
+            timeout = self.default_timeout
+        if instance_id in self._instances:
+            self._instances[instance_id]["calls"] += 1
+        if language not in SUPPORTED_LANGUAGES:
+            return ToolResponse(text=NO_STDOUT), 0.0, {"status": "invalid_language", "attempts": 0}
+        self._bind_loop()
+        assert self._workers is not None
+        async with self._workers.slot():
+            return await self._call_with_retries(code, timeout, str(language))
+
+    async def _call_with_retries(
+        self, code: str, timeout: float, language: str
+    ) -> tuple[ToolResponse, float, dict[str, Any]]:
+        waited = 0.0
+        fault: InfraFault | None = None
+        attempt = 0
+        started = time.monotonic()
+        while attempt < self.retry.max_attempts:
+            attempt += 1
+            try:
+                outcome = await self._call_once(code, timeout, language)
+            except InfraFault as exc:
+                fault = exc
+                if not exc.retryable or attempt >= self.retry.max_attempts:
+                    break
+                delay = self.retry.backoff(attempt, self._rng)
+                if exc.retry_after is not None:
+                    if exc.retry_after > self.retry.max_retry_after:
+                        break
+                    delay = max(delay, exc.retry_after)
+                waited += delay
+                await asyncio.sleep(delay)
+                continue
+            metrics = {"status": outcome.status, "attempts": attempt, "retry_wait_s": waited, "infra_fault": None}
+            metrics["latency_s"] = time.monotonic() - started
+            return ToolResponse(text=outcome.text), 0.0, metrics
+        assert fault is not None
+        metrics = {
+            "status": "infra_fault",
+            "attempts": attempt,
+            "retry_wait_s": waited,
+            "infra_fault": fault.reason,
+            "latency_s": time.monotonic() - started,
+        }
+        return ToolResponse(text=INFRA_FAULT_OBSERVATION.format(reason=fault.reason)), 0.0, metrics
+
+    async def _call_once(self, code: str, timeout: float, language: str) -> Outcome:
+        assert self._session is not None
+        payload = {
+            "compile_timeout": timeout,
+            "run_timeout": timeout,
+            "code": code,
+            "stdin": None,
+            "memory_limit_MB": self.memory_limit_mb,
+            "language": language,
+            "files": {},
+            "fetch_files": [],
+        }
+        client_timeout = aiohttp.ClientTimeout(total=2 * timeout + 10)
+        limiter = self._limiter
+        permit = await limiter.acquire() if limiter is not None else None
+        try:
+            async with self._session.post(self.url, json=payload, timeout=client_timeout) as response:
+                text = await response.text()
+                if response.status != 200:
+                    raise InfraFault(
+                        f"HTTP {response.status}",
+                        retryable=response.status in self.retry.retry_statuses,
+                        retry_after=retry_after_seconds(response.headers),
+                    )
+        except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
+            raise InfraFault(f"{type(exc).__name__}: {exc}"[:200]) from None
+        finally:
+            if limiter is not None and permit is not None:
+                limiter.release(permit)
+        try:
+            body = json.loads(text)
+        except json.JSONDecodeError:
+            raise InfraFault("malformed answer") from None
+        return classify(body)
+
+    async def release(self, instance_id: str, **kwargs: Any) -> None:
+        self._instances.pop(instance_id, None)
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+            self._loop = None
+
+
+def _positive_int(config: dict[str, Any], key: str, default: int) -> int:
+    value = config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"tool config {key!r} must be a positive integer, got {value!r}")
+    return value
