@@ -16,9 +16,9 @@ from emulator.server import EmulatorServer
 
 pytest.importorskip("verl", reason="needs the [verl] extra")
 
-from verl.tools.tool_registry import initialize_tools_from_config  # noqa: E402
+from verl.tools.tool_registry import initialize_tools_from_config
 
-from harness.tools.sandbox_fusion import INFRA_FAULT_OBSERVATION, NO_STDOUT, SandboxFusionTool  # noqa: E402
+from harness.tools.sandbox_fusion import INFRA_FAULT_OBSERVATION, NO_STDOUT, SandboxFusionTool
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = json.loads((ROOT / "fixtures/reference/sandbox_fusion/verl_071_tool_outputs.json").read_text())
