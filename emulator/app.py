@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from emulator.daytona.config import DaytonaConfig
+from emulator.daytona.report import SandboxReport, sandbox_report
 from emulator.daytona.service import DaytonaService
 from emulator.executor import Executor, ExecutorConfig
 from emulator.faults import FaultEngine, FaultPlan, FaultPlanError, RealClock, load_plan
@@ -87,6 +88,10 @@ class Emulator:
         self.engine.reset()
         self.journal.clear()
         self.daytona.reset()
+
+    def daytona_report(self) -> SandboxReport:
+        """Sandboxes seen by this emulator's journal: leaked ones, their labels, the most alive at once."""
+        return sandbox_report(self.journal.entries("daytona.sandbox"))
 
     async def executor(self) -> Executor:
         """The executor bound to the running event loop, started on first use (ASGI transports skip lifespan)."""

@@ -1,10 +1,12 @@
 """Runs inside an interpreter context's process: a persistent namespace fed code over a pipe.
 
-argv: ``<cmd_fd> <ctl_fd> <limits JSON> <uid> <gid>`` (uid ``-`` = no change). Started as the emulator's user,
+argv: ``<limits JSON> <uid> <gid>`` (uid ``-`` = no change). Started as the emulator's user,
 it lowers its rlimits and drops to the sandbox uid (no supplementary groups) before reading any code.
 Each command is a JSON line ``{"code", "envs", "nonce"}``; the code runs
 in the context's namespace with stdout/stderr going to the real fds 1/2 (so subprocesses' output is captured too),
-then the nonce sentinel is written to both, then ``{"error": null | {name, value, traceback}}`` on the control fd.
+then the nonce sentinel is written to both, and after the one on stdout the reply line
+``{"error": null | {name, value, traceback}}``. Commands come on the original stdin, which the code never sees (its
+fd 0 is /dev/null).
 Stdlib only: this file runs under the sandbox's runtime interpreter, as the sandbox uid.
 """
 
@@ -40,14 +42,15 @@ def _error_of(exc: BaseException) -> dict[str, str]:
 
 
 def main() -> None:
-    cmd_fd, ctl_fd = int(sys.argv[1]), int(sys.argv[2])
-    _apply_limits(json.loads(sys.argv[3]))
-    if sys.argv[4] != "-":
+    _apply_limits(json.loads(sys.argv[1]))
+    if sys.argv[2] != "-":
         os.setgroups([])
-        os.setgid(int(sys.argv[5]))
-        os.setuid(int(sys.argv[4]))
-    commands = os.fdopen(cmd_fd, "r", encoding="utf-8")
-    control = os.fdopen(ctl_fd, "w", encoding="utf-8", buffering=1)
+        os.setgid(int(sys.argv[3]))
+        os.setuid(int(sys.argv[2]))
+    commands = os.fdopen(os.dup(0), "r", encoding="utf-8")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
     namespace: dict[str, object] = {"__name__": "__main__", "__builtins__": __builtins__}
     for line in commands:
         request = json.loads(line)
@@ -66,10 +69,11 @@ def main() -> None:
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
         marker = SENTINEL.format(request["nonce"]).encode()
-        for fd in (1, 2):
-            with contextlib.suppress(OSError):
-                os.write(fd, marker)
-        control.write(json.dumps({"error": error}) + "\n")
+        with contextlib.suppress(OSError):
+            os.write(2, marker)
+        reply = marker + json.dumps({"error": error}).encode() + b"\n"
+        while reply:
+            reply = reply[os.write(1, reply) :]
 
 
 if __name__ == "__main__":

@@ -64,9 +64,6 @@ class Context:
     created_at: str = field(default_factory=now_iso)
     uid: int | None = None
     process: asyncio.subprocess.Process | None = None
-    cmd_w: int | None = None
-    ctl: asyncio.StreamReader | None = None
-    ctl_transport: asyncio.BaseTransport | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     closed: bool = False
 
@@ -185,24 +182,12 @@ class Interpreters:
         if process is not None and process.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
-        if context.cmd_w is not None:
-            with contextlib.suppress(OSError):
-                os.close(context.cmd_w)
-            context.cmd_w = None
-        if context.ctl_transport is not None:
-            context.ctl_transport.close()
-            context.ctl_transport = None
-        context.ctl = None
         uid, context.uid = context.uid, None
         self._uids.give(uid)
 
     async def _start(self, context: Context) -> None:
         settings = self.settings
         uid = self._uids.take()
-        cmd_r, cmd_w = os.pipe()
-        ctl_r, ctl_w = os.pipe()
-        os.set_inheritable(cmd_r, True)
-        os.set_inheritable(ctl_w, True)
         mib = 1024 * 1024
         limits = {
             "RLIMIT_NPROC": settings.max_processes if uid is not None else 0,
@@ -227,38 +212,21 @@ class Interpreters:
                 settings.python,
                 "-u",
                 _DRIVER,
-                str(cmd_r),
-                str(ctl_w),
                 json.dumps(limits),
                 "-" if uid is None else str(uid),
                 str(_NOGROUP),
-                stdin=asyncio.subprocess.DEVNULL,
+                stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 cwd=cwd,
                 env=env,
-                pass_fds=(cmd_r, ctl_w),
                 start_new_session=True,
+                limit=2**26,
             )
         except BaseException:
-            for fd in (cmd_r, cmd_w, ctl_r, ctl_w):
-                os.close(fd)
             self._uids.give(uid)
             raise
-        os.close(cmd_r)
-        os.close(ctl_w)
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=2**26)
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(ctl_r, "rb", buffering=0)
-        )
-        context.process, context.cmd_w, context.ctl, context.ctl_transport, context.uid = (
-            process,
-            cmd_w,
-            reader,
-            transport,
-            uid,
-        )
+        context.process, context.uid = process, uid
 
     async def run(
         self, context: Context, code: str, envs: dict[str, str], timeout: float, on_frame: OnFrame
@@ -273,40 +241,13 @@ class Interpreters:
             elif context.uid is not None:
                 _hand_over(context.home, context.uid)
             process = context.process
-            assert process is not None and process.stdout is not None and process.stderr is not None
-            assert context.ctl is not None and context.cmd_w is not None
+            assert process is not None and process.stdin is not None
+            assert process.stdout is not None and process.stderr is not None
+            stdout, stderr = process.stdout, process.stderr
             nonce = uuid.uuid4().hex
             line = json.dumps({"code": code, "envs": envs, "nonce": nonce}) + "\n"
             outcome = ExecutionOutcome(error=None)
-            try:
-                os.write(context.cmd_w, line.encode())
-            except OSError:
-                self._stop(context)
-                raise RuntimeError("interpreter process is gone") from None
             marker = _SENTINEL.format(nonce).encode()
-
-            async def pump(stream: asyncio.StreamReader, kind: str) -> None:
-                decoder = codecs.getincrementaldecoder("utf-8")("replace")
-                pending = b""
-                while True:
-                    chunk = await stream.read(65536)
-                    if not chunk:
-                        text = decoder.decode(pending, final=True)
-                        if text:
-                            await emit(kind, text)
-                        return
-                    pending += chunk
-                    index = pending.find(marker)
-                    if index >= 0:
-                        text = decoder.decode(pending[:index], final=True)
-                        if text:
-                            await emit(kind, text)
-                        return
-                    keep = len(marker) - 1
-                    flush, pending = pending[:-keep], pending[-keep:]
-                    text = decoder.decode(flush)
-                    if text:
-                        await emit(kind, text)
 
             async def emit(kind: str, text: str) -> None:
                 if kind == "stdout":
@@ -315,11 +256,37 @@ class Interpreters:
                     outcome.stderr += text
                 await on_frame({"type": kind, "text": text})
 
+            async def pump(stream: asyncio.StreamReader, kind: str) -> bytes | None:
+                """Stream ``kind`` frames up to the sentinel; return what follows it (None at EOF)."""
+                decoder = codecs.getincrementaldecoder("utf-8")("replace")
+                pending = b""
+                keep = len(marker) - 1
+                while True:
+                    chunk = await stream.read(65536)
+                    if not chunk:
+                        text = decoder.decode(pending, final=True)
+                        if text:
+                            await emit(kind, text)
+                        return None
+                    pending += chunk
+                    index = pending.find(marker)
+                    if index >= 0:
+                        text = decoder.decode(pending[:index], final=True)
+                        if text:
+                            await emit(kind, text)
+                        return pending[index + len(marker) :]
+                    flush, pending = pending[:-keep], pending[-keep:]
+                    text = decoder.decode(flush)
+                    if text:
+                        await emit(kind, text)
+
             async def finish() -> None:
-                await asyncio.gather(pump(process.stdout, "stdout"), pump(process.stderr, "stderr"))  # type: ignore[arg-type]
-                assert context.ctl is not None
-                reply = await context.ctl.readline()
-                if not reply:
+                process.stdin.write(line.encode())  # type: ignore[union-attr]
+                await process.stdin.drain()  # type: ignore[union-attr]
+                rest, _ = await asyncio.gather(pump(stdout, "stdout"), pump(stderr, "stderr"))
+                if rest is not None and not rest.endswith(b"\n"):
+                    rest += await stdout.readline()
+                if not rest:
                     outcome.error = {
                         "name": "InterpreterExited",
                         "value": "the interpreter process exited",
@@ -327,7 +294,7 @@ class Interpreters:
                     }
                     self._stop(context)
                     return
-                outcome.error = json.loads(reply).get("error")
+                outcome.error = json.loads(rest).get("error")
 
             try:
                 if timeout > 0:
@@ -337,6 +304,9 @@ class Interpreters:
             except asyncio.TimeoutError:
                 self._stop(context)
                 raise InterpreterTimeout from None
+            except (ConnectionError, BrokenPipeError):
+                self._stop(context)
+                raise RuntimeError("interpreter process is gone") from None
             except BaseException:
                 self._stop(context)
                 raise
