@@ -15,14 +15,15 @@ Known deviations from ``python <file>`` on the real server:
 """
 
 from .capture import ABSORB_BYTES, KEEP_BYTES, decode_output
-from .executor import Executor
-from .model import ExecutionRequest, ExecutionResult, ExecutionStatus, ExecutorConfig, PythonMode
+from .executor import Executor, WorkdirError
+from .model import ExecutionRequest, ExecutionResult, ExecutionStatus, ExecutorConfig, PythonMode, WorkdirSetup
 from .sync import ThreadedExecutor
-from .workdir import Workdir
+from .workdir import DeferredWorkdir, Workdir
 
 __all__ = [
     "ABSORB_BYTES",
     "KEEP_BYTES",
+    "DeferredWorkdir",
     "ExecutionRequest",
     "ExecutionResult",
     "ExecutionStatus",
@@ -31,5 +32,7 @@ __all__ = [
     "PythonMode",
     "ThreadedExecutor",
     "Workdir",
+    "WorkdirError",
+    "WorkdirSetup",
     "decode_output",
 ]

@@ -5,15 +5,18 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
+import fcntl
 import logging
 import math
 import os
+import tempfile
 import time
 from typing import Any
 
-from .capture import StdinFeeder, StreamCapture, decode_output
+from .capture import decode_output
 from .model import ExecutionRequest, ExecutionResult, ExecutorConfig
-from .workdir import Workdir
+from .workdir import DeferredWorkdir, Workdir
 from .zygote import Pending, Zygote, ZygoteLost
 
 _log = logging.getLogger(__name__)
@@ -21,9 +24,6 @@ _log = logging.getLogger(__name__)
 _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _DEFAULT_UID_BASE = 200000
 _DEFAULT_GID = 65534
-# After the child exited, how long we wait for EOF on its pipes (an escaped grandchild
-# may hold them open); whatever is in the pipes is taken anyway.
-_EOF_GRACE = 0.5
 # How long we wait for the zygote to confirm a kill before answering anyway.
 _KILL_GRACE = 5.0
 # Below this memory limit a fresh interpreter behaves differently from a forked warm one
@@ -32,6 +32,57 @@ _FAST_MIN_MEMORY_MB = 96
 # Env variables read by the interpreter at startup: their presence forces the faithful path.
 _STARTUP_ENV_PREFIXES = ("PYTHON", "LC_", "LANG")
 _PREEXEC_MESSAGE = "Exception occurred in preexec_fn."
+# Executors (in this process or others on the host) each take their own block of sandbox uids:
+# a uid sweep of one must never hit the programs of another.  The automatic base tries up to
+# this many consecutive blocks, each held by an flock on a file in _LOCK_DIRS.
+_UID_BLOCKS = 64
+_LOCK_DIRS = ("/run/sandbox-emulator", os.path.join(tempfile.gettempdir(), "sandbox-emulator-locks"))
+_claimed_uid_blocks: set[int] = set()
+
+
+def _lock_uid_block(start: int) -> int | None:
+    """flock the host-wide lock file of a uid block: its fd, None if another holds it.
+
+    Raises OSError when no lock dir is usable (then the block is taken unlocked).
+    """
+    for directory in _LOCK_DIRS:
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            fd = os.open(os.path.join(directory, f"uids-{start}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        return fd
+    raise OSError("no usable lock dir")
+
+
+def _claim_uid_block(base: int, count: int, auto: bool) -> tuple[int, int | None]:
+    """A uid block no other executor (here or elsewhere on the host) uses: (start, lock fd)."""
+    for k in range(_UID_BLOCKS if auto else 1):
+        start = base + k * count
+        if start in _claimed_uid_blocks:
+            continue
+        try:
+            fd = _lock_uid_block(start)
+        except OSError:
+            fd = -1
+        if fd is None:
+            continue
+        _claimed_uid_blocks.add(start)
+        return start, (fd if fd >= 0 else None)
+    _log.warning("no free sandbox uid block from %d: sharing %d with another executor", base, base)
+    return base, None
+
+
+class WorkdirError(OSError):
+    """The sandbox could not create the work dir or one of its files (``str`` is the OSError's)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 def _error_result(message: str) -> ExecutionResult:
@@ -49,12 +100,18 @@ class Executor:
         self.config = config or ExecutorConfig()
         euid = os.geteuid()
         base = self.config.sandbox_uid
+        auto = base is None
         if base is None:
             base = _DEFAULT_UID_BASE if euid == 0 else None
         elif base == euid:
             base = None
         if base is not None and euid != 0:
             raise ValueError("sandbox_uid needs the emulator to run as root")
+        self._uid_lock: int | None = None
+        self._uid_block: int | None = None
+        if base is not None and self.config.sandbox_uid_count > 1:
+            base, self._uid_lock = _claim_uid_block(base, self.config.sandbox_uid_count, auto)
+            self._uid_block = base
         self._uid_base = base
         self._gid = (
             None if base is None else (self.config.sandbox_gid if self.config.sandbox_gid is not None else _DEFAULT_GID)
@@ -133,6 +190,13 @@ class Executor:
         zygote, self._zygote = self._zygote, None
         if zygote is not None:
             await zygote.aclose()
+        # The zygote swept every uid of ours before it exited: the block is free again.
+        if self._uid_block is not None:
+            _claimed_uid_blocks.discard(self._uid_block)
+            self._uid_block = None
+        if self._uid_lock is not None:
+            os.close(self._uid_lock)
+            self._uid_lock = None
 
     async def __aenter__(self) -> Executor:
         await self.start()
@@ -197,11 +261,25 @@ class Executor:
             "nproc": max(self.config.max_processes, 0),
         }
 
+    def deferred_workdir(self) -> DeferredWorkdir:
+        """A work dir for one program that the sandbox itself creates and removes.
+
+        Use it like :meth:`workdir`, set ``fetch``, and pass ``setup()`` in the request; the
+        program's result then carries the fetched files (see :class:`DeferredWorkdir`).
+        """
+        return DeferredWorkdir(
+            self.config.temp_root, on_materialize=self._workdirs.add, on_cleanup=self._workdirs.discard
+        )
+
     async def run(self, request: ExecutionRequest) -> ExecutionResult:
-        """Run one program; never raises for anything the program does."""
-        t0 = time.monotonic()
+        """Run one program; never raises for anything the program does.
+
+        With ``request.setup`` a failure to create the work dir or its files raises
+        :class:`WorkdirError` (as the server-side :class:`Workdir` calls would have).
+        """
         if request.timeout <= 0:
             # The real server's wait_for(timeout=0) gives up at once.
+            t0 = time.monotonic()
             await asyncio.sleep(0)
             return ExecutionResult("TimeLimitExceeded", time.monotonic() - t0, None, "", "")
         fast = self._use_fast_path(request)
@@ -219,18 +297,47 @@ class Executor:
             "sweep": self._exclusive_uids,
             "limits": self._limits(request),
         }
+        blobs: list[bytes] = []
+        if request.stdin:
+            msg["stdin"] = len(blobs)
+            blobs.append(request.stdin)
+        setup = request.setup
+        if setup is not None:
+            files = []
+            for target, data, exclusive in setup.files:
+                if fast and target == request.python_script:
+                    msg["source"] = len(blobs)  # the zygote compiles it before the fork
+                files.append((target, len(blobs), exclusive))
+                blobs.append(data)
+            msg["dir"] = {"path": setup.path, "files": files, "fetch": list(setup.fetch)}
+            script = request.python_script
+            if fast and script is not None and setup.real_path and os.path.dirname(script) == setup.path:
+                msg["script_dir"] = setup.real_path
         uid = await self._acquire_uid()
+        unconfirmed: list[Pending] = []
         try:
             if uid is not None and self._gid is not None:
                 msg["uid"] = uid
-                self._hand_over(request.cwd, uid, self._gid)  # a few chown calls: cheaper inline
-            return await self._run_attempts(msg, request)
+                if setup is None:
+                    self._hand_over(request.cwd, uid, self._gid)  # a few chown calls: cheaper inline
+            return await self._run_attempts(msg, blobs, request, unconfirmed)
         finally:
-            # The zygote killed every process of this uid before reporting the exit; a child
-            # that outlived a lost zygote is swept by the next execution with this uid.
-            self._release_uid(uid)
+            # The zygote kills every process of this uid before it reports the exit; a run we
+            # stopped waiting for (cancelled, or no confirmation after a kill) keeps its uid
+            # until the report comes.  A child that outlived a lost zygote is swept by the
+            # next execution with this uid.
+            if unconfirmed:
+                unconfirmed[0].on_end.append(lambda: self._release_uid(uid))
+            else:
+                self._release_uid(uid)
 
-    async def _run_attempts(self, msg: dict[str, Any], request: ExecutionRequest) -> ExecutionResult:
+    async def _run_attempts(
+        self,
+        msg: dict[str, Any],
+        blobs: list[bytes],
+        request: ExecutionRequest,
+        unconfirmed: list[Pending],
+    ) -> ExecutionResult:
         for attempt in range(3):
             try:
                 zygote = await self._ensure_zygote()
@@ -238,103 +345,86 @@ class Executor:
                 _log.error("cannot start the zygote: %s", exc)
                 return _error_result(f"sandbox executor unavailable: {exc}")
             try:
-                return await self._run_once(zygote, request, msg)
+                return await self._run_once(zygote, request, msg, blobs, unconfirmed)
             except ZygoteLost as exc:
                 if exc.args and exc.args[0] == "started":
                     return _error_result("sandbox executor restarted while the program ran")
                 _log.warning("zygote lost before start, retrying (%d)", attempt + 1)
         return _error_result("sandbox executor unavailable")
 
-    async def _run_once(self, zygote: Zygote, request: ExecutionRequest, msg: dict[str, Any]) -> ExecutionResult:
-        loop = asyncio.get_running_loop()
-        stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        status_r, status_w = os.pipe2(os.O_CLOEXEC)
-        child_ends = [stdin_r, out_w, err_w, status_w]
-        ours = [stdin_w, out_r, err_r, status_r]
-        t0 = time.monotonic()
-        try:
-            req_id, pending = zygote.spawn(msg, child_ends)
-        except BaseException:
-            for fd in ours:
-                os.close(fd)
-            raise ZygoteLost("not started") from None
-        finally:
-            for fd in child_ends:
-                os.close(fd)
-        feeder = StdinFeeder(loop, stdin_w, request.stdin)
-        out = StreamCapture(loop, out_r)
-        err = StreamCapture(loop, err_r)
-        try:
-            return await self._supervise(zygote, request, req_id, pending, t0, out, err, status_r)
-        except BaseException:
-            # Cancelled (client went away) or an internal error: never leave the program running.
-            if not pending.exited.done():
-                zygote.kill(req_id)
-            raise
-        finally:
-            feeder.close()
-            out.close()
-            err.close()
-            with contextlib.suppress(OSError):
-                os.close(status_r)
-
-    async def _supervise(
+    async def _run_once(
         self,
         zygote: Zygote,
         request: ExecutionRequest,
-        req_id: int,
-        pending: Pending,
-        t0: float,
-        out: StreamCapture,
-        err: StreamCapture,
-        status_r: int,
+        msg: dict[str, Any],
+        blobs: list[bytes],
+        unconfirmed: list[Pending],
     ) -> ExecutionResult:
-        deadline = t0 + request.timeout
-        timed_out = False
-        rc: int | None = None
+        loop = asyncio.get_running_loop()
+        t0 = time.monotonic()
         try:
-            rc = await asyncio.wait_for(asyncio.shield(pending.exited), max(deadline - time.monotonic(), 0))
-        except asyncio.TimeoutError:
-            timed_out = True
+            req_id, pending = zygote.spawn(msg, blobs)
         except ZygoteLost:
-            raise ZygoteLost("started" if pending.pid else "not started") from None
+            raise ZygoteLost("not started") from None
+        deadline = t0 + request.timeout
+        timed_out: list[float] = []
+        grace: list[asyncio.TimerHandle] = []
+
+        def on_timeout() -> None:
+            # Wall clock from our side: kill the group now; the zygote reports the exit (with
+            # the output so far) once it is gone, and we stop waiting after a grace period.
+            timed_out.append(time.monotonic())
+            zygote.kill(req_id)
+            grace.append(loop.call_later(_KILL_GRACE, _give_up, pending, unconfirmed))
+
+        timer = loop.call_at(loop.time() + request.timeout, on_timeout)
+        try:
+            reply = await pending.exited
+        except asyncio.CancelledError:
+            # The client went away: never leave the program running.  (Cancelling us cancelled
+            # the future we awaited; a reply that had arrived would have resolved it first.)
+            if pending.exited.cancelled():
+                zygote.kill(req_id)
+                unconfirmed.append(pending)
+            raise
         except OSError as exc:  # the zygote could not fork
             return _error_result(str(exc))
-        if timed_out:
-            elapsed = time.monotonic() - t0
-            zygote.kill(req_id)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(pending.exited), _KILL_GRACE)
-        else:
-            elapsed = pending.exited_at - t0
-        failure = self._setup_failure(status_r)
+        finally:
+            timer.cancel()
+            for handle in grace:
+                handle.cancel()
+        if reply is None:  # killed, but the zygote did not confirm in time
+            return ExecutionResult("TimeLimitExceeded", timed_out[0] - t0, None, "", "")
+        info = reply.msg
+        files: dict[str, bytes] | None = None
+        fetched = info.get("files")
+        if fetched is not None:
+            files = {name: reply.blobs[index] for name, index in fetched.items()}
+        removed = bool(info.get("removed"))
+        failure = info.get("fail")
         if failure is not None:
-            return failure
-        if not timed_out:
-            # The process group is dead: EOF comes at once unless an escaped grandchild
-            # holds a pipe; the real server also reads only what is there at exit.
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.gather(out.done, err.done), _EOF_GRACE)
-        stdout = decode_output(out.close())
-        stderr = decode_output(err.close())
-        if timed_out:
-            return ExecutionResult("TimeLimitExceeded", elapsed, None, stdout, stderr)
-        return ExecutionResult("Finished", elapsed, rc, stdout, stderr)
+            kind, _, detail = failure.partition("\n")
+            if kind == "workdir":
+                raise WorkdirError(detail)
+            if kind == "exec":
+                return self._with_files(_error_result(detail), files, removed)
+            _log.warning("sandbox setup failed: %s", detail)
+            return self._with_files(_error_result(_PREEXEC_MESSAGE), files, removed)
+        stdout = decode_output(reply.blobs[0])
+        stderr = decode_output(reply.blobs[1])
+        if timed_out and info["at"] >= deadline:
+            return ExecutionResult("TimeLimitExceeded", timed_out[0] - t0, None, stdout, stderr, files, removed)
+        return ExecutionResult("Finished", info["at"] - t0, info["rc"], stdout, stderr, files, removed)
 
     @staticmethod
-    def _setup_failure(status_r: int) -> ExecutionResult | None:
-        """Read the child's setup-status pipe: a message means it never ran the program."""
-        try:
-            os.set_blocking(status_r, False)
-            data = os.read(status_r, 65536)
-        except OSError:  # EAGAIN: still held open, so no failure was reported
-            return None
-        if not data:
-            return None
-        kind, _, detail = data.decode("utf-8", "replace").partition("\n")
-        if kind == "exec":
-            return _error_result(detail)
-        _log.warning("sandbox setup failed: %s", detail)
-        return _error_result(_PREEXEC_MESSAGE)
+    def _with_files(result: ExecutionResult, files: dict[str, bytes] | None, removed: bool) -> ExecutionResult:
+        if files is None and not removed:
+            return result
+        return dataclasses.replace(result, files=files, workdir_removed=removed)
+
+
+def _give_up(pending: Pending, unconfirmed: list[Pending]) -> None:
+    """Stop waiting for the zygote to confirm a kill (the uid stays taken until it does)."""
+    if not pending.exited.done():
+        unconfirmed.append(pending)
+        pending.exited.set_result(None)

@@ -43,6 +43,28 @@ class ExecutorConfig:
 
 
 @dataclass(frozen=True)
+class WorkdirSetup:
+    """A work dir that the sandbox creates itself, right before the program runs.
+
+    For one-shot runs (one program per dir): the forked child creates ``path`` (mode 0700)
+    and writes ``files`` in order, exactly as a server-side :class:`Workdir` would, and once
+    the program ended the executor reads back ``fetch`` (into ``ExecutionResult.files``) and
+    removes the dir.  The server does no file-system work at all.  Build it with
+    :class:`~emulator.executor.workdir.DeferredWorkdir`.
+    """
+
+    path: str
+    # (absolute target inside path, contents, exclusive): an exclusive file is created like
+    # mkstemp's (O_EXCL, mode 0600), the others like ``open(target, "wb")`` with the missing
+    # parent dirs made first.
+    files: Sequence[tuple[str, bytes, bool]] = ()
+    # Relative names read back after the run (regular files inside the dir only).
+    fetch: Sequence[str] = ()
+    # realpath of the dir (saves the zygote the lookups), None = compute.
+    real_path: str | None = None
+
+
+@dataclass(frozen=True)
 class ExecutionRequest:
     """One program to run, as the real server's runner would run it."""
 
@@ -54,6 +76,8 @@ class ExecutionRequest:
     extra_env: Mapping[str, str] | None = None
     # Set when argv runs this python file: lets the fast path run it in a warm interpreter.
     python_script: str | None = None
+    # A work dir (``cwd``) to create in the sandbox first and remove afterwards.
+    setup: WorkdirSetup | None = None
 
 
 @dataclass(frozen=True)
@@ -70,3 +94,7 @@ class ExecutionResult:
     return_code: int | None
     stdout: str | None
     stderr: str | None
+    # With ``ExecutionRequest.setup``: the fetched files that existed (name -> contents), and
+    # whether the executor removed the dir (otherwise its owner must).
+    files: Mapping[str, bytes] | None = None
+    workdir_removed: bool = False

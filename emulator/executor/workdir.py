@@ -3,11 +3,32 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import stat
+import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import TracebackType
+
+from .model import WorkdirSetup
+
+# tempfile's name alphabet and length (``tmp`` + 8 of these, as mkdtemp/mkstemp make them).
+_NAME_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
+_names = random.Random()
+_NAME_MAX = 255
+_real_roots: dict[str, str] = {}
+
+
+def _random_name() -> str:
+    return "tmp" + "".join(_names.choices(_NAME_CHARS, k=8))
+
+
+def _real_root(root: str) -> str:
+    real = _real_roots.get(root)
+    if real is None:
+        real = _real_roots[root] = os.path.realpath(root)
+    return real
 
 
 class Workdir:
@@ -22,10 +43,15 @@ class Workdir:
         root: str | None = None,
         owner: tuple[int, int] | None = None,
         on_cleanup: Callable[[str], None] | None = None,
+        path: str | None = None,
     ) -> None:
         self._owner = owner
         self._on_cleanup = on_cleanup
-        self._path = tempfile.mkdtemp(dir=root)
+        if path is None:
+            self._path = tempfile.mkdtemp(dir=root)
+        else:  # a planned name (see DeferredWorkdir)
+            os.mkdir(path, 0o700)
+            self._path = path
         self._real = os.path.realpath(self._path)
         self._closed = False
         self._chown(self._path)
@@ -108,6 +134,179 @@ class Workdir:
             self._on_cleanup(self._real)
 
     def __enter__(self) -> Workdir:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.cleanup()
+
+
+class DeferredWorkdir:
+    """A :class:`Workdir` for one-shot runs that the sandboxed child creates itself.
+
+    Same interface and same answers: the name is planned here (``/tmp/tmpXXXXXXXX``, the
+    script ``tmpXXXXXXXX<suffix>``), paths are validated here with the same errors, and the
+    file writes are recorded; :meth:`setup` hands them to ``ExecutionRequest.setup``, so the
+    forked child makes the dir and its files, and the zygote reads back :attr:`fetch` and
+    removes the dir when the program ended.  A layout whose writes could fail part-way (a
+    file where a dir must go, over-long names) is made here at once instead, with a real
+    :class:`Workdir`, so that every error still surfaces where and as it did.
+    """
+
+    def __init__(
+        self,
+        root: str | None = None,
+        on_materialize: Callable[[str], None] | None = None,
+        on_cleanup: Callable[[str], None] | None = None,
+    ) -> None:
+        base = root if root is not None else tempfile.gettempdir()
+        real_base = _real_root(base)
+        while True:
+            name = _random_name()
+            path = os.path.join(base, name)
+            if not os.path.lexists(path):
+                break
+        if sys.version_info >= (3, 12):
+            path = os.path.abspath(path)
+        self._path = path
+        self._real = os.path.join(real_base, name)
+        self._on_materialize = on_materialize
+        self._on_cleanup = on_cleanup
+        self._files: list[tuple[str, bytes, bool]] = []
+        self._index: dict[str, int] = {}  # target -> position in _files
+        self._dirs: set[str] = set()  # dirs the writes create (real paths)
+        self._workdir: Workdir | None = None
+        self._fetched: Mapping[str, bytes] = {}
+        self._removed = False
+        self._closed = False
+        #: Relative names to read back after the run (set before running).
+        self.fetch: list[str] = []
+
+    @property
+    def path(self) -> str:
+        """Absolute path of the directory (use it as the program's cwd)."""
+        return self._path
+
+    @property
+    def materialized(self) -> bool:
+        """True when the dir was made here (then run with ``cwd`` only, no setup)."""
+        return self._workdir is not None
+
+    def _resolve(self, rel: str) -> str:
+        """Workdir._resolve on the planned (not yet existing) dir: same checks, same errors."""
+        if not rel or os.path.isabs(rel) or "\0" in rel:
+            raise ValueError(f"invalid relative path: {rel!r}")
+        target = os.path.realpath(os.path.join(self._real, rel))
+        if target == self._real or not target.startswith(self._real + os.sep):
+            raise ValueError(f"path escapes the work dir: {rel!r}")
+        return target
+
+    def _simple(self, target: str) -> bool:
+        """Whether writing ``target`` cannot fail because of the layout (then it is deferred)."""
+        try:
+            parts = os.fsencode(target[len(self._real) + 1 :]).split(b"/")
+        except UnicodeError:
+            return False
+        if any(len(part) > _NAME_MAX for part in parts) or len(os.fsencode(target)) >= 4000:
+            return False
+        if target in self._dirs:
+            return False  # a dir of an earlier write is there
+        parent = os.path.dirname(target)
+        while parent != self._real:
+            if parent in self._index:
+                return False  # an earlier file is where a dir must go
+            parent = os.path.dirname(parent)
+        return True
+
+    def _record(self, target: str, data: bytes, exclusive: bool) -> None:
+        at = self._index.get(target)
+        if at is not None:  # written again: the last contents win, the file stays where it was
+            _old, _data, was_exclusive = self._files[at]
+            self._files[at] = (target, data, was_exclusive)
+            return
+        self._index[target] = len(self._files)
+        self._files.append((target, data, exclusive))
+        parent = os.path.dirname(target)
+        while parent != self._real and parent not in self._dirs:
+            self._dirs.add(parent)
+            parent = os.path.dirname(parent)
+
+    def _materialize(self) -> Workdir:
+        """Make the dir and the recorded files here, now (for layouts we do not defer)."""
+        if self._workdir is None:
+            workdir = Workdir(path=self._path, on_cleanup=self._on_cleanup)
+            self._workdir = workdir
+            if self._on_materialize is not None:
+                self._on_materialize(self._real)
+            for target, data, exclusive in self._files:
+                if exclusive:
+                    fd = os.open(target, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                    try:
+                        view = memoryview(data)
+                        while view:
+                            view = view[os.write(fd, view) :]
+                    finally:
+                        os.close(fd)
+                else:
+                    workdir.write_file(os.path.relpath(target, self._real), data)
+        return self._workdir
+
+    def new_script(self, suffix: str = ".py") -> str:
+        """Plan an empty ``tmpXXXXXXXX<suffix>`` file in the dir and return its path."""
+        if self._workdir is not None:
+            return self._workdir.new_script(suffix)
+        while True:
+            name = _random_name() + suffix
+            target = os.path.join(self._real, name)
+            if target not in self._index and target not in self._dirs:
+                break
+        if not self._simple(target):
+            return self._materialize().new_script(suffix)
+        self._record(target, b"", True)
+        return os.path.join(self._path, name)
+
+    def write_file(self, rel: str, data: bytes) -> str:
+        """Plan writing ``data`` at ``rel`` (parents created); returns the absolute path."""
+        if self._workdir is not None:
+            return self._workdir.write_file(rel, data)
+        target = self._resolve(rel)
+        if not self._simple(target):
+            return self._materialize().write_file(rel, data)
+        self._record(target, bytes(data), False)
+        return target
+
+    def setup(self) -> WorkdirSetup | None:
+        """What ``ExecutionRequest.setup`` takes; None once the dir was made here."""
+        if self._workdir is not None:
+            return None
+        return WorkdirSetup(self._path, tuple(self._files), tuple(self.fetch), self._real)
+
+    def complete(self, files: Mapping[str, bytes] | None, removed: bool) -> None:
+        """Take the run's fetched files and whether the executor removed the dir."""
+        self._fetched = files or {}
+        self._removed = removed
+
+    def read_file(self, rel: str) -> bytes | None:
+        """Contents of a fetched regular file at ``rel``, None if absent (or not fetched)."""
+        if self._workdir is not None:
+            return self._workdir.read_file(rel)
+        return self._fetched.get(rel)
+
+    def cleanup(self) -> None:
+        """Remove the dir if the executor did not (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._workdir is not None:
+            self._workdir.cleanup()
+        elif not self._removed:
+            shutil.rmtree(self._path, ignore_errors=True)
+
+    def __enter__(self) -> DeferredWorkdir:
         return self
 
     def __exit__(

@@ -1,4 +1,8 @@
-"""Our side of the zygote: start it, send spawn/kill requests, route its replies."""
+"""Our side of the zygote: start it, send spawn/kill requests, route its replies.
+
+Frames (see ``zygote_main.py``) travel over one AF_UNIX stream socket; writes of one event-loop
+iteration go out in one system call, and one read takes every reply that is there.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,9 @@ import logging
 import os
 import signal
 import socket
+import struct
 import subprocess
-import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +23,10 @@ _log = logging.getLogger(__name__)
 
 ZYGOTE_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote_main.py")
 _READY_TIMEOUT = 30.0
-_RECV_SIZE = 1 << 16
+_RECV_SIZE = 1 << 20
+_HDR = struct.Struct("<II")
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+_loads = json.loads
 
 
 class ZygoteLost(Exception):
@@ -27,13 +34,26 @@ class ZygoteLost(Exception):
 
 
 @dataclass
+class Reply:
+    """The zygote's ``exited`` message: header fields and binary blobs."""
+
+    msg: dict[str, Any]
+    blobs: list[bytes]
+
+
+@dataclass
 class Pending:
     """Futures of one in-flight spawn request."""
 
-    started: asyncio.Future[int]
-    exited: asyncio.Future[int]
-    exited_at: float = 0.0
+    exited: asyncio.Future[Reply | None]  # None: we stopped waiting (see Executor)
     pid: int | None = field(default=None)
+    # Called once the zygote confirmed the end (or died), even if we stopped waiting before.
+    on_end: list[Callable[[], None]] = field(default_factory=list)
+
+    def end(self) -> None:
+        callbacks, self.on_end = self.on_end, []
+        for callback in callbacks:
+            callback()
 
 
 class Zygote:
@@ -47,9 +67,12 @@ class Zygote:
         self._next_id = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
+        self._fd = -1
         self._stderr_fd = -1
         self._stderr_tail = bytearray()
-        self._outbox: list[tuple[bytes, list[int]]] = []
+        self._inbuf = bytearray()
+        self._outbuf = bytearray()
+        self._flush_scheduled = False
         self._writing = False
         self._ready: asyncio.Future[dict[str, Any]] = self._loop.create_future()
         self._reaper: asyncio.Future[None] | None = None
@@ -58,7 +81,7 @@ class Zygote:
 
     async def start(self) -> None:
         """Launch the zygote and wait until it has pre-imported and is serving."""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._proc = self._launch(theirs.fileno())
         except BaseException:
@@ -76,8 +99,9 @@ class Zygote:
         self._loop.add_reader(self._stderr_fd, self._on_stderr)
         ours.setblocking(False)
         self._sock = ours
+        self._fd = ours.fileno()
         self.alive = True
-        self._loop.add_reader(ours.fileno(), self._on_readable)
+        self._loop.add_reader(self._fd, self._on_readable)
         try:
             info = await asyncio.wait_for(asyncio.shield(self._ready), _READY_TIMEOUT)
         except BaseException:
@@ -122,96 +146,104 @@ class Zygote:
             del self._stderr_tail[:-8192]
 
     def _on_readable(self) -> None:
-        assert self._sock is not None
+        buf = self._inbuf
         while self.alive:
             try:
-                data = self._sock.recv(_RECV_SIZE)
+                data = os.read(self._fd, _RECV_SIZE)
             except (BlockingIOError, InterruptedError):
-                return
+                break
             except OSError:
                 data = b""
             if not data:
                 self._on_dead("zygote exited")
                 return
-            self._dispatch(json.loads(data))
+            buf += data
+            if len(data) < _RECV_SIZE:
+                break
+        pos = 0
+        size = len(buf)
+        hdr_size = _HDR.size
+        while size - pos >= hdr_size and self.alive:
+            body_len, head_len = _HDR.unpack_from(buf, pos)
+            end = pos + hdr_size + body_len
+            if end > size:
+                break
+            start = pos + hdr_size
+            msg = _loads(bytes(buf[start : start + head_len]))
+            blobs: list[bytes] = []
+            lengths = msg.get("b")
+            if lengths:
+                offset = start + head_len
+                for length in lengths:
+                    blobs.append(bytes(buf[offset : offset + length]))
+                    offset += length
+            pos = end
+            self._dispatch(msg, blobs)
+        del buf[:pos]
 
-    def _dispatch(self, msg: dict[str, Any]) -> None:
-        op = msg.get("op")
-        if op == "ready":
+    def _dispatch(self, msg: dict[str, Any], blobs: list[bytes]) -> None:
+        op = msg["op"]
+        if op == "exited":
+            pending = self._pending.pop(msg["id"], None)
+            if pending is not None:
+                if not pending.exited.done():
+                    pending.exited.set_result(Reply(msg, blobs))
+                if pending.on_end:
+                    pending.end()
+        elif op == "started":
+            pending = self._pending.get(msg["id"])
+            if pending is not None:
+                pending.pid = msg["pid"]
+        elif op == "ready":
             if not self._ready.done():
                 self._ready.set_result(msg)
-            return
-        pending = self._pending.get(int(msg.get("id", -1)))
-        if pending is None:
-            return
-        if op == "started":
-            pending.pid = int(msg["pid"])
-            if not pending.started.done():
-                pending.started.set_result(pending.pid)
-        elif op == "exited":
-            pending.exited_at = time.monotonic()
-            del self._pending[int(msg["id"])]
-            if not pending.started.done():
-                pending.started.set_result(-1)
-            if not pending.exited.done():
-                pending.exited.set_result(int(msg["rc"]))
         elif op == "spawn_failed":
-            del self._pending[int(msg["id"])]
-            exc = OSError(str(msg.get("error", "spawn failed")))
-            for fut in (pending.started, pending.exited):
-                if not fut.done():
-                    fut.set_exception(exc)
-                    fut.exception()  # mark retrieved: one of them may never be awaited
+            pending = self._pending.pop(msg["id"], None)
+            if pending is not None:
+                if not pending.exited.done():
+                    pending.exited.set_exception(OSError(str(msg.get("error", "spawn failed"))))
+                pending.end()
 
-    def _send(self, msg: dict[str, Any], fds: list[int]) -> None:
-        """Queue one message (with fds, duplicated in transit) and flush what we can."""
+    def _send(self, msg: dict[str, Any], blobs: Sequence[bytes] = (), *, now: bool = False) -> None:
+        """Queue one frame; everything queued in this loop iteration goes out in one write.
+
+        ``now``: write at once (a kill must not wait for a loop iteration that may not come).
+        """
         if not self.alive:
             raise ZygoteLost("zygote is not running")
-        data = json.dumps(msg).encode()
-        if self._outbox:
-            self._outbox.append((data, [os.dup(fd) for fd in fds]))
-            return
-        try:
-            self._send_now(data, fds)
-        except (BlockingIOError, InterruptedError):
-            self._outbox.append((data, [os.dup(fd) for fd in fds]))
-            if not self._writing:
-                self._writing = True
-                assert self._sock is not None
-                self._loop.add_writer(self._sock.fileno(), self._flush_outbox)
+        if blobs:
+            msg["b"] = [len(b) for b in blobs]
+        head = _dumps(msg).encode()
+        out = self._outbuf
+        out += _HDR.pack(len(head) + sum(len(b) for b in blobs), len(head))
+        out += head
+        for blob in blobs:
+            out += blob
+        if now and not self._writing:
+            self._flush()
+        elif not self._flush_scheduled and not self._writing:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
 
-    def _send_now(self, data: bytes, fds: list[int]) -> None:
-        assert self._sock is not None
-        try:
-            if fds:
-                socket.send_fds(self._sock, [data], fds)
-            else:
-                self._sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            raise
-        except OSError as exc:
-            self._on_dead(f"send failed: {exc}")
-            raise ZygoteLost(str(exc)) from exc
-
-    def _flush_outbox(self) -> None:
-        while self._outbox and self.alive:
-            data, fds = self._outbox[0]
+    def _flush(self) -> None:
+        self._flush_scheduled = False  # a scheduled call that finds nothing left is harmless
+        out = self._outbuf
+        while out and self.alive:
             try:
-                self._send_now(data, fds)
+                n = os.write(self._fd, out)
             except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                self._on_dead(f"send failed: {exc}")
                 return
-            except ZygoteLost:
-                return
-            self._outbox.pop(0)
-            for fd in fds:
-                os.close(fd)
-        self._stop_writing()
-
-    def _stop_writing(self) -> None:
-        if self._writing:
-            self._writing = False
-            if self._sock is not None:
-                self._loop.remove_writer(self._sock.fileno())
+            del out[:n]
+        want = bool(out) and self.alive
+        if want != self._writing:
+            self._writing = want
+            if want:
+                self._loop.add_writer(self._fd, self._flush)
+            else:
+                self._loop.remove_writer(self._fd)
 
     def _on_dead(self, why: str) -> None:
         """Fail every pending request and kill what we know of their process groups."""
@@ -220,13 +252,12 @@ class Zygote:
         self.alive = False
         if why != "closed":
             _log.warning("zygote %s lost: %s", self.pid, why)
-        self._stop_writing()
-        for _data, fds in self._outbox:
-            for fd in fds:
-                os.close(fd)
-        self._outbox.clear()
+        if self._writing:
+            self._writing = False
+            self._loop.remove_writer(self._fd)
+        self._outbuf.clear()
         if self._sock is not None:
-            self._loop.remove_reader(self._sock.fileno())
+            self._loop.remove_reader(self._fd)
             self._sock.close()
             self._sock = None
         if not self._ready.done():
@@ -238,10 +269,10 @@ class Zygote:
                 # Children get SIGKILL via PDEATHSIG; this also reaches their groups.
                 with contextlib.suppress(OSError):
                     os.killpg(item.pid, signal.SIGKILL)
-            for fut in (item.started, item.exited):
-                if not fut.done():
-                    fut.set_exception(ZygoteLost(why))
-                    fut.exception()
+            if not item.exited.done():
+                item.exited.set_exception(ZygoteLost("started" if item.pid else "not started"))
+                item.exited.exception()
+            item.end()
         if self._proc is not None and self._reaper is None:
             self._reaper = self._loop.run_in_executor(None, self._reap, self._proc)
 
@@ -256,24 +287,22 @@ class Zygote:
 
     # --- API ---------------------------------------------------------------------------
 
-    def spawn(self, msg: dict[str, Any], fds: list[int]) -> tuple[int, Pending]:
+    def spawn(self, msg: dict[str, Any], blobs: Sequence[bytes]) -> tuple[int, Pending]:
         """Send a spawn request; returns its id and futures."""
         req_id = self._next_id
         self._next_id += 1
-        pending = Pending(self._loop.create_future(), self._loop.create_future())
+        pending = Pending(self._loop.create_future())
+        msg["op"] = "spawn"
+        msg["id"] = req_id
+        self._send(msg, blobs)
         self._pending[req_id] = pending
-        try:
-            self._send({**msg, "op": "spawn", "id": req_id}, fds)
-        except BaseException:
-            self._pending.pop(req_id, None)
-            raise
         return req_id, pending
 
     def kill(self, req_id: int) -> None:
         """Ask the zygote to SIGKILL the process group of a request (no-op if gone)."""
         if self.alive:
             with contextlib.suppress(ZygoteLost):
-                self._send({"op": "kill", "id": req_id}, [])
+                self._send({"op": "kill", "id": req_id}, now=True)
 
     async def aclose(self) -> None:
         """Stop the zygote: it kills every child group when its socket closes."""

@@ -1,17 +1,32 @@
 """Warm-interpreter zygote of the sandbox executor (a standalone script).
 
-It runs under the *runtime* Python, which may be another version (e.g. 3.10) without our
-package installed, so it imports nothing from ``emulator`` and only the standard library.
+It runs under the *runtime* Python, which may be another version (3.8+) without our package
+installed, so it imports nothing from ``emulator`` and only the standard library.
 
-Protocol: JSON messages over the AF_UNIX SOCK_SEQPACKET socket whose fd is ``argv[1]``.
-A ``spawn`` request carries four fds (SCM_RIGHTS): the child's stdin, stdout, stderr and a
-"setup status" pipe on which the child writes a message if its sandbox setup (or execve)
-fails.  The zygote forks one child per request; the child either execs ``argv`` (faithful
-path) or runs the Python script itself in this warm interpreter (fast path).  The zygote
-reports ``started`` (pid) and ``exited`` (return code), and kills process groups on request.
+Protocol: length-prefixed frames over the AF_UNIX stream socket whose fd is ``argv[1]``.
+A frame is ``<u32 body length><u32 JSON length>``, then the JSON header, then the binary
+blobs whose lengths the header lists under ``"b"`` (stdin, file contents, captured output).
+
+* ``spawn`` (server -> zygote): fork one child.  The child either execs ``argv`` (faithful
+  path) or runs the Python program itself in this warm interpreter (fast path).  With a
+  ``dir`` it first creates the per-execution work dir and its files (so the server does no
+  file-system work), and the zygote collects the requested files and removes the dir once
+  the child is gone.
+* ``kill``: SIGKILL the process group of a request (and sweep its uid).
+* ``started`` / ``exited`` (zygote -> server): the zygote itself reads the child's stdout and
+  stderr (keeping ``KEEP`` bytes, draining up to ``ABSORB`` bytes, then no longer reading so
+  that a bigger writer blocks on its full pipe), reaps the child, kills what is left of its
+  process group and uid, and reports the exit code, the output, a setup failure if any and
+  the fetched files in one message.
+
+Setup failures in a child (before the program runs) are written, one atomic write each, to a
+status pipe shared by all children, keyed by pid.
 
 In the fast path the user's code is executed at this module's top level (see the bottom of
 the file) so that the call stack above the user's ``<module>`` frame is as short as possible.
+Everything the child needs is prepared here before the fork (the interpreter state, the
+compiled code, the environment, the rlimits): work done in the child is paid again in
+copy-on-write page faults, work done here is not.
 """
 
 from __future__ import annotations
@@ -22,7 +37,7 @@ import sys
 if sys.path and sys.path[0] == __file__.rpartition("/")[0]:
     del sys.path[0]
 
-import array
+import _ast  # noqa: F401  (compile() builds the AST types on first use: once here, not per child)
 import builtins
 import contextlib
 import ctypes
@@ -31,14 +46,29 @@ import gc
 import json
 import os
 import resource
-import selectors
+import select
 import signal
-import socket
+import stat
+import struct
+import time
 import types
+import warnings
 from typing import Any, NoReturn
 
 _SELF_FILE = __file__
-_MAX_MSG = 1 << 18
+_SELF_MODULE = sys.modules[__name__]
+_BASE_PATH = list(sys.path)
+_HDR = struct.Struct("<II")
+_STATUS_HDR = struct.Struct("<II")
+_PIPE_BUF = 4096
+_EOF_GRACE = 0.5
+_READ_CHUNK = 65536
+_MAX_FD = 1 << 20
+_REFREEZE_EVERY = 16384  # forks between full collections of the zygote's own heap
+# Output capture (see emulator/executor/capture.py): keep at most KEEP bytes per stream, read
+# (and discard) up to ABSORB bytes, then stop reading so that a bigger writer blocks.
+KEEP = 219264
+ABSORB = 448 * 1024
 
 # Cheap, side-effect-free stdlib modules imported once here so forked children get them
 # for free.  Nothing that starts threads, registers atexit handlers or reads the env at
@@ -79,11 +109,11 @@ _PREIMPORT = (
 # Recursion-depth calibration: user code runs one module frame (and, on some versions, one
 # C-level eval entry) deeper than in ``python <file>``.  We measure the depth a recursive
 # function reaches here and in a fresh interpreter, and shift the recursion limit by the
-# difference in children, so RecursionError happens at the same depth (same traceback).
+# difference (hidden by sys.get/setrecursionlimit shims), so RecursionError happens at the
+# same depth (same traceback).
 _CALIBRATE_SRC = (
     "def _f(n):\n    try:\n        return _f(n + 1)\n    except RecursionError:\n        return n\ndepth = _f(1)\n"
 )
-_RECURSION_OFFSET = 0
 
 
 def _fresh_depth() -> int | None:
@@ -110,38 +140,39 @@ def _fresh_depth() -> int | None:
     os.close(read_fd)
     _, status = os.waitpid(pid, 0)
     try:
-        return int(b"".join(chunks)) if os.waitstatus_to_exitcode(status) == 0 else None
+        return int(b"".join(chunks)) if _exit_status(status) == 0 else None
     except ValueError:
         return None
 
 
-class _RecursionLimitShim:
+def _exit_status(status: int) -> int:
+    """os.waitstatus_to_exitcode (3.9+) for any version."""
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+def _install_recursion_shim(offset: int) -> None:
     """sys.get/setrecursionlimit that hide the calibration offset from user code."""
+    real_get = sys.getrecursionlimit
+    real_set = sys.setrecursionlimit
 
-    def __init__(self, offset: int) -> None:
-        self.offset = offset
-        self.real_get = sys.getrecursionlimit
-        self.real_set = sys.setrecursionlimit
+    def getrecursionlimit() -> int:
+        return real_get() - offset
 
-    def install(self) -> None:
-        offset, real_get, real_set = self.offset, self.real_get, self.real_set
-
-        def getrecursionlimit() -> int:
-            return real_get() - offset
-
-        def setrecursionlimit(limit: int, /) -> None:
-            real_set(limit)  # validates (type, >= 1) exactly like CPython
-            real_set(real_get() + offset)
-
-        for shim, real in ((getrecursionlimit, real_get), (setrecursionlimit, real_set)):
-            shim.__module__ = "sys"
-            shim.__doc__ = real.__doc__
+    def setrecursionlimit(limit: int, /) -> None:
+        real_set(limit)  # validates (type, >= 1) exactly like CPython
         real_set(real_get() + offset)
-        sys.getrecursionlimit = getrecursionlimit
-        sys.setrecursionlimit = setrecursionlimit
+
+    for shim, real in ((getrecursionlimit, real_get), (setrecursionlimit, real_set)):
+        shim.__module__ = "sys"
+        shim.__doc__ = real.__doc__
+    real_set(real_get() + offset)
+    sys.getrecursionlimit = getrecursionlimit
+    sys.setrecursionlimit = setrecursionlimit
 
 
-# --- libc via ctypes --------------------------------------------------------------------
+# --- libc via ctypes (argument objects built once, reused by every child) -----------------
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_KEEPCAPS = 8
@@ -153,8 +184,9 @@ _CAP_DAC_READ_SEARCH = 2
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-_libc.prctl.restype = ctypes.c_int
+_prctl = _libc.prctl
+_prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+_prctl.restype = ctypes.c_int
 
 
 class _CapHeader(ctypes.Structure):
@@ -169,13 +201,19 @@ class _CapData(ctypes.Structure):
     ]
 
 
-_libc.capset.argtypes = [ctypes.POINTER(_CapHeader), ctypes.POINTER(_CapData)]
-_libc.capset.restype = ctypes.c_int
+_capset = _libc.capset
+_capset.argtypes = [ctypes.POINTER(_CapHeader), ctypes.POINTER(_CapData)]
+_capset.restype = ctypes.c_int
+_CAP_HEADER = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+_CAP_DATA = (_CapData * 2)()
+_CAP_DATA[0].effective = _CAP_DATA[0].permitted = _CAP_DATA[0].inheritable = 1 << _CAP_DAC_READ_SEARCH
+_CAP_ARGS = (ctypes.byref(_CAP_HEADER), _CAP_DATA)
 _PTHREAD_ATTR_SIZE = 256  # generous: sizeof(pthread_attr_t) is 56 on x86_64/aarch64
 _libc.pthread_attr_init.argtypes = [ctypes.c_void_p]
 _libc.pthread_attr_setstacksize.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.pthread_setattr_default_np.argtypes = [ctypes.c_void_p]
 _libc.pthread_attr_destroy.argtypes = [ctypes.c_void_p]
+_ENVIRON = ctypes.c_void_p.in_dll(_libc, "environ")
 
 
 def _check(ret: int, what: str) -> None:
@@ -183,11 +221,6 @@ def _check(ret: int, what: str) -> None:
     if ret != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
-
-
-def _prctl(option: int, arg2: int = 0, arg3: int = 0) -> int:
-    """Call prctl(2); returns its result so callers can inspect EINVAL."""
-    return int(_libc.prctl(option, arg2, arg3, 0, 0))
 
 
 class _PreexecError(Exception):
@@ -198,33 +231,162 @@ class _ExecError(Exception):
     """execve failed; the message is what subprocess would have raised."""
 
 
+class _WorkdirError(Exception):
+    """Creating the work dir or one of its files failed (the message is the OSError's)."""
+
+
 # --- zygote state -------------------------------------------------------------------------
+
+
+class _Stream:
+    """One output pipe of a child, read by the zygote within the keep/absorb budgets."""
+
+    __slots__ = ("absorbed", "fd", "kept", "reading")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.kept = bytearray()
+        self.absorbed = 0
+        self.reading = True
+
+
+class _Child:
+    """A running (or just exited) child."""
+
+    __slots__ = (
+        "deadline",
+        "err",
+        "exited_at",
+        "killed",
+        "out",
+        "pid",
+        "pidfd",
+        "rc",
+        "req_id",
+        "stdin_data",
+        "stdin_fd",
+        "uid",
+        "workdir",
+    )
+
+    def __init__(self, req_id: int, pid: int) -> None:
+        self.req_id = req_id
+        self.pid = pid
+        self.pidfd = -1
+        self.out: _Stream | None = None
+        self.err: _Stream | None = None
+        self.stdin_fd = -1
+        self.stdin_data = memoryview(b"")
+        self.uid: int | None = None  # exclusive uid to sweep when it ends
+        self.workdir: dict[str, Any] | None = None
+        self.killed = False
+        self.exited_at = 0.0
+        self.rc: int | None = None
+        self.deadline = 0.0
+
+
+class _Plan:
+    """Everything a child needs, prepared by the zygote before the fork."""
+
+    __slots__ = (
+        "cwd",
+        "failure",
+        "fds",
+        "gid",
+        "nproc_own",
+        "req",
+        "rlimits",
+        "sweep",
+        "thread_stack",
+        "uid",
+        "workdir",
+    )
+
+    def __init__(self) -> None:
+        self.req: dict[str, Any] = {}
+        self.fds: tuple[int, int, int] = (-1, -1, -1)
+        self.cwd = "/"
+        self.rlimits: list[tuple[int, tuple[int, int]]] = []
+        self.nproc_own = 0
+        self.failure: str | None = None
+        self.thread_stack = 0
+        self.uid: int | None = None
+        self.gid = 0
+        self.sweep = False
+        self.workdir: tuple[str, list[tuple[str, bytes, bool]]] | None = None
+
+
+class _Job:
+    """A Python program prepared for execution in a forked child (fast path)."""
+
+    def __init__(
+        self,
+        namespace: dict[str, Any],
+        code: types.CodeType | None,
+        error: BaseException | None,
+        argv0: str,
+    ) -> None:
+        self.namespace = namespace
+        self.code = code
+        self.error = error
+        self.argv0 = argv0
+        self.load = code is None and error is None  # the child reads and compiles the file
 
 
 class _State:
     """Mutable zygote state (module-level singletons, kept in one place)."""
 
-    sock: socket.socket | None = None
-    selector: selectors.BaseSelector | None = None
-    wake_fds: tuple[int, int] = (-1, -1)
-    children: dict[int, int] = {}  # pid -> request id
-    sweep_uids: dict[int, int] = {}  # pid -> exclusive sandbox uid to sweep when it ends
-    pids: dict[int, int] = {}  # request id -> pid
+    sock = -1
+    epoll: Any = None
+    status_r = -1
+    status_w = -1
+    wake_r = -1
+    handlers: dict[int, tuple[int, Any]] = {}  # fd -> (kind, child or stream owner)
+    children: dict[int, _Child] = {}  # pid -> child
+    by_id: dict[int, _Child] = {}  # request id -> child
+    lingering: list[_Child] = []  # exited, waiting for EOF on their pipes
+    inbuf = bytearray()
+    outbuf = bytearray()
+    writing = False
+    failures: dict[int, str] = {}  # pid -> setup failure reported on the status pipe
+    environ: Any = None  # the ctypes array the C environ points to (kept alive)
+    env_key: Any = None
+    forks = 0
+    root = False
+    use_pidfd = False
 
 
-class _Job:
-    """A Python script prepared for execution in a forked child (fast path)."""
-
-    def __init__(self, namespace: dict[str, Any], code: types.CodeType | None, error: BaseException | None) -> None:
-        self.namespace = namespace
-        self.code = code
-        self.error = error
+_K_SOCK, _K_OUT, _K_ERR, _K_PIDFD, _K_STDIN, _K_WAKE = range(6)
 
 
-def _send(msg: dict[str, Any]) -> None:
-    """Send one JSON message to the executor (blocking)."""
-    assert _State.sock is not None
-    _State.sock.sendall(json.dumps(msg).encode())
+def _frame(msg: dict[str, Any], blobs: list[bytes]) -> bytes:
+    if blobs:
+        msg["b"] = [len(b) for b in blobs]
+    head = json.dumps(msg, separators=(",", ":")).encode()
+    body_len = len(head) + sum(len(b) for b in blobs)
+    return b"".join([_HDR.pack(body_len, len(head)), head, *blobs])
+
+
+def _send(msg: dict[str, Any], blobs: list[bytes] | None = None) -> None:
+    """Queue one frame; flushed once per loop iteration."""
+    _State.outbuf += _frame(msg, blobs or [])
+
+
+def _flush() -> None:
+    out = _State.outbuf
+    while out:
+        try:
+            n = os.write(_State.sock, out)
+        except (BlockingIOError, InterruptedError):
+            break
+        except OSError:
+            _shutdown()
+        del out[:n]
+    want = bool(out)
+    if want != _State.writing:
+        _State.writing = want
+        events = select.EPOLLIN | (select.EPOLLOUT if want else 0)
+        _State.epoll.modify(_State.sock, events)
 
 
 # --- child side ---------------------------------------------------------------------------
@@ -253,9 +415,10 @@ def _count_user_tasks(uid: int) -> int:
     return total
 
 
-def _set_rlimits(req: dict[str, Any]) -> None:
-    """Apply the request's rlimits (memory limit exactly like the real server's preexec)."""
+def _plan_rlimits(plan: _Plan, req: dict[str, Any]) -> None:
+    """The request's rlimits (memory limit exactly like the real server's preexec)."""
     lim: dict[str, int] = req["limits"]
+    out = plan.rlimits
     memory = lim["memory"]
     if memory > 0:
         for res in (resource.RLIMIT_AS, resource.RLIMIT_DATA, resource.RLIMIT_STACK):
@@ -263,34 +426,33 @@ def _set_rlimits(req: dict[str, Any]) -> None:
             # The real server cannot raise a hard limit (no CAP_SYS_RESOURCE in its container),
             # so a request above the hard limit fails in preexec_fn.
             if hard != resource.RLIM_INFINITY and memory > hard:
-                raise _PreexecError("memory limit above hard rlimit")
-            resource.setrlimit(res, (memory, memory))
+                plan.failure = "memory limit above hard rlimit"
+            out.append((res, (memory, memory)))
+        if req["mode"] == "python":
+            page = resource.getpagesize()
+            size = max(memory, 16384)
+            plan.thread_stack = (size + page - 1) // page * page
     elif lim["as_cap"] > 0:
-        resource.setrlimit(resource.RLIMIT_AS, (lim["as_cap"], lim["as_cap"]))
+        out.append((resource.RLIMIT_AS, (lim["as_cap"], lim["as_cap"])))
     if lim["cpu"] > 0:
-        resource.setrlimit(resource.RLIMIT_CPU, (lim["cpu"], lim["cpu"] + 1))
+        out.append((resource.RLIMIT_CPU, (lim["cpu"], lim["cpu"] + 1)))
     if lim["fsize"] > 0:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (lim["fsize"], lim["fsize"]))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        out.append((resource.RLIMIT_FSIZE, (lim["fsize"], lim["fsize"])))
+    out.append((resource.RLIMIT_CORE, (0, 0)))
     nproc = lim["nproc"]
     if nproc > 0:
         if req["uid"] is None:
-            nproc += _count_user_tasks(os.getuid())
-        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+            plan.nproc_own = nproc  # on top of our own uid's tasks: counted by the child
+        else:
+            out.append((resource.RLIMIT_NPROC, (nproc, nproc)))
 
 
-def _set_default_thread_stack() -> None:
+def _set_default_thread_stack(size: int) -> None:
     """Make glibc's default thread stack size follow the (new) soft RLIMIT_STACK.
 
     A fresh process gets this at startup from glibc; a forked child keeps the zygote's, so
     without this Python and native (OpenBLAS) threads would not fail as on the real server.
     """
-    soft, _hard = resource.getrlimit(resource.RLIMIT_STACK)
-    if soft == resource.RLIM_INFINITY:
-        return
-    page = resource.getpagesize()
-    size = max(soft, 16384)
-    size = (size + page - 1) // page * page
     attr = ctypes.create_string_buffer(_PTHREAD_ATTR_SIZE)
     _check(_libc.pthread_attr_init(attr), "pthread_attr_init")
     try:
@@ -300,81 +462,127 @@ def _set_default_thread_stack() -> None:
         _libc.pthread_attr_destroy(attr)
 
 
-def _drop_privileges(uid: int, gid: int) -> None:
-    """Become ``uid``/``gid`` keeping only CAP_DAC_READ_SEARCH (also across execve).
+def _drop_process_privileges() -> None:
+    """Zygote start (root): shrink the bounding set and forbid new privileges, once for all.
 
-    The interpreter lives under /root (mode 0700), so an unprivileged uid needs
-    CAP_DAC_READ_SEARCH to exec it.  Everything else is dropped, including the bounding set,
-    and no_new_privs stops setuid binaries from regaining root.
+    Both are inherited by every child and do not touch the zygote's own capabilities.  Only
+    CAP_DAC_READ_SEARCH stays (the interpreter lives under /root, mode 0700).  KEEPCAPS lets
+    a child keep that one capability across its uid change.
     """
     for cap in range(64):
         if cap == _CAP_DAC_READ_SEARCH:
             continue
-        if _prctl(_PR_CAPBSET_DROP, cap) != 0:
+        if _prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
             if ctypes.get_errno() == errno.EINVAL:
                 break  # past the last capability the kernel knows
             _check(-1, "PR_CAPBSET_DROP")
-    _check(_prctl(_PR_SET_KEEPCAPS, 1), "PR_SET_KEEPCAPS")
-    os.setgroups([])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
-    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
-    data = (_CapData * 2)()
-    bit = 1 << _CAP_DAC_READ_SEARCH
-    data[0].effective = bit
-    data[0].permitted = bit
-    data[0].inheritable = bit
-    _check(_libc.capset(ctypes.byref(header), data), "capset")
-    _check(_prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE, _CAP_DAC_READ_SEARCH), "PR_CAP_AMBIENT")
-    _check(_prctl(_PR_SET_NO_NEW_PRIVS, 1), "PR_SET_NO_NEW_PRIVS")
+    _check(_prctl(_PR_SET_KEEPCAPS, 1, 0, 0, 0), "PR_SET_KEEPCAPS")
+    _check(_prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
 
 
-def _child_setup(req: dict[str, Any], fds: list[int], zygote_pid: int) -> int:
-    """Common sandbox setup in the forked child; returns the setup-status fd."""
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    os.setsid()
-    stdin_fd, stdout_fd, stderr_fd, status_fd = fds
-    os.dup2(stdin_fd, 0)
-    os.dup2(stdout_fd, 1)
-    os.dup2(stderr_fd, 2)
-    # Close the zygote's own descriptors through their objects first, so that no Python
-    # object is left that would later close an fd number reused by user code.
-    if _State.selector is not None:
-        _State.selector.close()
-        _State.selector = None
-    if _State.sock is not None:
-        _State.sock.close()
-        _State.sock = None
-    os.set_inheritable(status_fd, False)
-    os.closerange(3, status_fd)
-    os.closerange(status_fd + 1, 1 << 20)
-    os.chdir(req["cwd"])
-    _set_rlimits(req)
-    if req["mode"] == "python" and req["limits"]["memory"] > 0:
-        _set_default_thread_stack()
-    if req["uid"] is not None:
-        _drop_privileges(req["uid"], req["gid"])
-        if req.get("sweep"):
-            # Leftovers of an earlier execution with this uid (e.g. after a zygote crash).
-            with contextlib.suppress(OSError):
-                os.kill(-1, signal.SIGKILL)
-    # Die with the zygote (set after the uid change, which clears it).
-    _check(_prctl(_PR_SET_PDEATHSIG, signal.SIGKILL), "PR_SET_PDEATHSIG")
-    if os.getppid() != zygote_pid:
-        os._exit(1)
-    return status_fd
+def _make_workdir(path: str, files: list[tuple[str, bytes, bool]], owner: tuple[int, int] | None) -> None:
+    """Create the work dir and its files as the server's Workdir would (then hand them over)."""
+    try:
+        os.mkdir(path, 0o700)
+        if owner is not None:
+            os.chown(path, *owner)
+        for target, data, exclusive in files:
+            if exclusive:  # mkstemp's file, then written
+                fd = os.open(target, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            else:
+                parent = os.path.dirname(target)
+                missing = []
+                while not os.path.isdir(parent):
+                    missing.append(parent)
+                    parent = os.path.dirname(parent)
+                for directory in reversed(missing):
+                    os.mkdir(directory)
+                    if owner is not None:
+                        os.chown(directory, *owner)
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                if owner is not None:
+                    os.fchown(fd, *owner)
+            finally:
+                os.close(fd)
+    except OSError as exc:
+        raise _WorkdirError(str(exc)) from None
 
 
-def _child_fail(status_fd: int, exc: BaseException) -> NoReturn:
-    """Report a setup/exec failure on the status pipe and exit."""
-    msg = f"exec\n{exc}" if isinstance(exc, _ExecError) else f"preexec\n{type(exc).__name__}: {exc}"
+def _child_fail(exc: BaseException) -> NoReturn:
+    """Report a setup/exec failure on the shared status pipe and exit."""
+    if isinstance(exc, _ExecError):
+        msg = f"exec\n{exc}"
+    elif isinstance(exc, _WorkdirError):
+        msg = f"workdir\n{exc}"
+    else:
+        msg = f"preexec\n{type(exc).__name__}: {exc}"
+    data = msg.encode("utf-8", "replace")[: _PIPE_BUF - _STATUS_HDR.size]
     with contextlib.suppress(OSError):
-        os.write(status_fd, msg.encode("utf-8", "replace"))
+        os.write(_State.status_w, _STATUS_HDR.pack(os.getpid(), len(data)) + data)
     os._exit(1)
 
 
-def _child_exec(req: dict[str, Any], status_fd: int) -> NoReturn:
+def _child(plan: _Plan, zygote_pid: int, job: _Job | None) -> _Job | None:
+    """Sandbox setup in the forked child; returns the job (fast path) or execs."""
+    try:
+        if _State.wake_r >= 0:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        stdin_fd, stdout_fd, stderr_fd = plan.fds
+        os.dup2(stdin_fd, 0)
+        os.dup2(stdout_fd, 1)
+        os.dup2(stderr_fd, 2)
+        # The zygote's fds: the epoll object is closed through its object (no Python object
+        # may be left that would close an fd number later reused by user code), the rest
+        # are plain numbers.
+        _State.epoll.close()
+        status_w = _State.status_w
+        os.closerange(3, status_w)
+        os.closerange(status_w + 1, _MAX_FD)
+        uid = plan.uid
+        if plan.workdir is not None:
+            _make_workdir(plan.workdir[0], plan.workdir[1], None if uid is None else (uid, plan.gid))
+        os.chdir(plan.cwd)
+        if plan.failure is not None:
+            raise _PreexecError(plan.failure)
+        setrlimit = resource.setrlimit
+        for res, limits in plan.rlimits:
+            setrlimit(res, limits)
+        if plan.nproc_own:
+            nproc = plan.nproc_own + _count_user_tasks(os.getuid())
+            setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        if plan.thread_stack:
+            _set_default_thread_stack(plan.thread_stack)
+        if uid is not None:
+            os.setgroups([])
+            os.setresgid(plan.gid, plan.gid, plan.gid)
+            os.setresuid(uid, uid, uid)
+            _check(_capset(*_CAP_ARGS), "capset")
+            _check(_prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE, _CAP_DAC_READ_SEARCH, 0, 0), "PR_CAP_AMBIENT")
+            if plan.sweep:
+                # Leftovers of an earlier execution with this uid (e.g. after a zygote crash).
+                with contextlib.suppress(OSError):
+                    os.kill(-1, signal.SIGKILL)
+        # Die with the zygote (set after the uid change, which clears it).
+        _check(_prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "PR_SET_PDEATHSIG")
+        if os.getppid() != zygote_pid:
+            os._exit(1)
+        if job is None:
+            _child_exec(plan.req)
+        os.close(status_w)
+    except BaseException as exc:
+        _child_fail(exc)
+    if job is not None and job.load:
+        _child_load(job)
+    return job
+
+
+def _child_exec(req: dict[str, Any]) -> NoReturn:
     """Faithful path: exec the command (signals restored as subprocess does)."""
     for sig in (signal.SIGPIPE, signal.SIGXFSZ):
         signal.signal(sig, signal.SIG_DFL)
@@ -386,21 +594,44 @@ def _child_exec(req: dict[str, Any], status_fd: int) -> NoReturn:
     raise AssertionError("unreachable")
 
 
-def _child_prepare_python(req: dict[str, Any]) -> _Job:
-    """Fast path: make this interpreter look like ``python <script>`` just started."""
+# --- zygote side: preparing a fast-path run ------------------------------------------------
+
+
+def _set_environ(env: dict[str, str]) -> None:
+    """Make the C environ and os.environ hold exactly ``env`` (inherited by the next fork).
+
+    The C ``environ`` pointer is swapped to an array we own (setenv would leak a string per
+    request); the zygote itself never reads its environment.
+    """
+    key = tuple(env.items())
+    if key == _State.env_key:
+        return
+    entries = [f"{k}={v}".encode("utf-8", "surrogateescape") for k, v in env.items()]
+    array = (ctypes.c_char_p * (len(entries) + 1))(*entries)
+    _ENVIRON.value = ctypes.addressof(array)
+    _State.environ = (array, entries)
+    _State.env_key = key
+    data = getattr(os.environ, "_data", None)
+    if isinstance(data, dict):
+        encode = os.environ.encodekey
+        encode_value = os.environ.encodevalue
+        data.clear()
+        for k, v in env.items():
+            data[encode(k)] = encode_value(v)
+    else:  # pragma: no cover - other implementations
+        os.environ.clear()
+        os.environ.update(env)
+
+
+def _prepare_python(req: dict[str, Any], source: bytes | None) -> _Job:
+    """Make this interpreter look like ``python <script>`` just started (inherited by the fork)."""
     path: str = req["script"]
-    if _RECURSION_OFFSET > 0:
-        _RecursionLimitShim(_RECURSION_OFFSET).install()
     sys.argv = [path]
     if hasattr(sys, "orig_argv"):
         sys.orig_argv = [req["argv"][0], path]
-    script_dir = os.path.dirname(os.path.realpath(path))
-    if sys.path:
-        sys.path[0] = script_dir
-    else:
-        sys.path.append(script_dir)
-    os.environ.clear()
-    os.environ.update(req["env"])
+    script_dir = req.get("script_dir") or os.path.dirname(os.path.realpath(path))
+    sys.path[:] = [script_dir, *_BASE_PATH]
+    _set_environ(req["env"])
     import importlib.machinery
 
     # Same keys, in the same order, as the __main__ of ``python <file>``.
@@ -412,53 +643,190 @@ def _child_prepare_python(req: dict[str, Any]) -> _Job:
     namespace["__cached__"] = None
     namespace["__loader__"] = importlib.machinery.SourceFileLoader("__main__", path)
     sys.modules["__main__"] = module
+    argv0: str = req["argv"][0]
+    if source is None:
+        return _Job(namespace, None, None, argv0)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            code = compile(source, path, "exec", dont_inherit=True)
+    except BaseException as exc:  # SyntaxError, ValueError (null bytes), ...
+        exc.__traceback__ = None
+        return _Job(namespace, None, exc, argv0)
+    if caught:  # compile-time warnings belong on the child's stderr: let it compile
+        return _Job(namespace, None, None, argv0)
+    return _Job(namespace, code, None, argv0)
+
+
+def _child_load(job: _Job) -> None:
+    """In the child: read and compile the script when the zygote did not."""
+    path = job.namespace["__file__"]
     try:
         with open(path, "rb") as f:
             source = f.read()
     except OSError as exc:
-        sys.stderr.write(f"{req['argv'][0]}: can't open file {path!r}: [Errno {exc.errno}] {exc.strerror}\n")
+        sys.stderr.write(f"{job.argv0}: can't open file {path!r}: [Errno {exc.errno}] {exc.strerror}\n")
         sys.stderr.flush()
         os._exit(2)
     try:
-        code = compile(source, path, "exec", dont_inherit=True)
+        job.code = compile(source, path, "exec", dont_inherit=True)
     except BaseException as exc:  # SyntaxError, ValueError (null bytes), ...
-        return _Job(namespace, None, exc)
-    return _Job(namespace, code, None)
+        job.error = exc
 
 
-def _spawn(req: dict[str, Any], fds: list[int]) -> _Job | None:
+# --- zygote side: requests -------------------------------------------------------------------
+
+
+def _spawn(req: dict[str, Any], blobs: list[bytes]) -> _Job | None:
     """Fork one child for ``req``; returns a job only inside a fast-path child."""
-    if len(fds) != 4:
-        for fd in fds:
+    req_id = req["id"]
+    plan = _Plan()
+    plan.req = req
+    plan.cwd = req["cwd"]
+    plan.uid = req["uid"]
+    plan.gid = req["gid"] or 0
+    plan.sweep = bool(req.get("sweep"))
+    _plan_rlimits(plan, req)
+    workdir = req.get("dir")
+    if workdir is not None:
+        plan.workdir = (workdir["path"], [(t, blobs[i], bool(x)) for t, i, x in workdir["files"]])
+    fast = req["mode"] == "python"
+    job: _Job | None = None
+    if fast:
+        source_index = req.get("source")
+        job = _prepare_python(req, None if source_index is None else blobs[source_index])
+    stdin_index = req.get("stdin")
+    stdin = b"" if stdin_index is None else blobs[stdin_index]
+    pipes: list[int] = []
+    try:
+        in_r, in_w = os.pipe2(os.O_CLOEXEC)
+        pipes += (in_r, in_w)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        pipes += (out_r, out_w)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        pipes += (err_r, err_w)
+    except OSError as exc:
+        for fd in pipes:
             os.close(fd)
-        _send({"op": "spawn_failed", "id": req["id"], "error": "bad fd count"})
+        sys.modules["__main__"] = _SELF_MODULE
+        _send({"op": "spawn_failed", "id": req_id, "error": f"pipe failed: {exc}"})
         return None
+    plan.fds = (in_r, out_w, err_w)
     zygote_pid = os.getpid()
+    # Objects made since the last fork are the child's business only: keep its gc.collect()
+    # (and every automatic collection) away from the zygote's heap.
+    gc.freeze()
     try:
         pid = os.fork()
     except OSError as exc:
-        for fd in fds:
+        for fd in pipes:
             os.close(fd)
-        _send({"op": "spawn_failed", "id": req["id"], "error": f"fork failed: {exc}"})
+        sys.modules["__main__"] = _SELF_MODULE
+        _send({"op": "spawn_failed", "id": req_id, "error": f"fork failed: {exc}"})
         return None
     if pid == 0:
-        status_fd = fds[3]
+        return _child(plan, zygote_pid, job)
+    _State.forks += 1
+    os.close(in_r)
+    os.close(out_w)
+    os.close(err_w)
+    child = _Child(req_id, pid)
+    if plan.sweep and plan.uid is not None:
+        child.uid = plan.uid
+    if workdir is not None:
+        child.workdir = workdir
+    _State.children[pid] = child
+    _State.by_id[req_id] = child
+    epoll = _State.epoll
+    handlers = _State.handlers
+    if _State.use_pidfd:
         try:
-            status_fd = _child_setup(req, fds, zygote_pid)
-            if req["mode"] != "python":
-                _child_exec(req, status_fd)
-            os.close(status_fd)
-            return _child_prepare_python(req)
-        except BaseException as exc:
-            _child_fail(status_fd, exc)
-    for fd in fds:
-        os.close(fd)
-    _State.children[pid] = req["id"]
-    _State.pids[req["id"]] = pid
-    if req.get("sweep") and req["uid"] is not None:
-        _State.sweep_uids[pid] = req["uid"]
-    _send({"op": "started", "id": req["id"], "pid": pid})
+            child.pidfd = os.pidfd_open(pid)
+        except OSError:
+            _State.use_pidfd = False
+            _install_sigchld()
+        else:
+            epoll.register(child.pidfd, select.EPOLLIN)
+            handlers[child.pidfd] = (_K_PIDFD, child)
+    child.out = _Stream(out_r)
+    child.err = _Stream(err_r)
+    os.set_blocking(out_r, False)
+    os.set_blocking(err_r, False)
+    epoll.register(out_r, select.EPOLLIN)
+    epoll.register(err_r, select.EPOLLIN)
+    handlers[out_r] = (_K_OUT, child)
+    handlers[err_r] = (_K_ERR, child)
+    if stdin:
+        child.stdin_fd = in_w
+        child.stdin_data = memoryview(stdin)
+        os.set_blocking(in_w, False)
+        if not _feed_stdin(child):
+            epoll.register(in_w, select.EPOLLOUT)
+            handlers[in_w] = (_K_STDIN, child)
+    else:
+        os.close(in_w)
+    _send({"op": "started", "id": req_id, "pid": pid})
+    if _State.forks % _REFREEZE_EVERY == 0:
+        # Cyclic garbage of the zygote itself would otherwise stay frozen forever.
+        gc.unfreeze()
+        gc.collect()
+    sys.modules["__main__"] = _SELF_MODULE
     return None
+
+
+def _feed_stdin(child: _Child) -> bool:
+    """Write what the pipe takes; True (and the pipe closed) when done or the child is gone."""
+    view = child.stdin_data
+    while view:
+        try:
+            n = os.write(child.stdin_fd, view[:_READ_CHUNK])
+        except (BlockingIOError, InterruptedError):
+            child.stdin_data = view
+            return False
+        except OSError:  # EPIPE: the child exited or closed stdin
+            break
+        view = view[n:]
+    _close_stdin(child)
+    return True
+
+
+def _close_stdin(child: _Child) -> None:
+    fd = child.stdin_fd
+    if fd < 0:
+        return
+    child.stdin_fd = -1
+    child.stdin_data = memoryview(b"")
+    if _State.handlers.pop(fd, None) is not None:
+        _State.epoll.unregister(fd)
+    os.close(fd)
+
+
+def _read_stream(stream: _Stream) -> bool:
+    """Read what is available within budget; True when the stream is finished for us."""
+    if not stream.reading:
+        return True
+    fd = stream.fd
+    kept = stream.kept
+    while True:
+        room = ABSORB - stream.absorbed
+        if room <= 0:
+            break
+        try:
+            chunk = os.read(fd, _READ_CHUNK if room > _READ_CHUNK else room)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            break
+        if not chunk:
+            break
+        stream.absorbed += len(chunk)
+        missing = KEEP - len(kept)
+        if missing > 0:
+            kept += chunk[:missing]
+    # EOF or budget used up: stop reading (the fd stays open, so a writer blocks).
+    stream.reading = False
+    if _State.handlers.pop(fd, None) is not None:
+        _State.epoll.unregister(fd)
+    return True
 
 
 def _kill_group(pid: int) -> None:
@@ -486,26 +854,195 @@ def _sweep_uid(uid: int) -> None:
             os._exit(70)  # cannot regain root: let the executor start a fresh zygote
 
 
-def _reap() -> None:
-    """Reap exited children: kill their group while the zombie still pins the pgid."""
+def _on_exit(child: _Child, now: float) -> None:
+    """The child ended: kill its group while the zombie still pins the pgid, reap it."""
+    pid = child.pid
+    child.exited_at = now
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
+    if child.uid is not None:
+        _sweep_uid(child.uid)
+    try:
+        _, status = os.waitpid(pid, 0)
+        child.rc = _exit_status(status)
+    except ChildProcessError:
+        child.rc = -signal.SIGKILL
+    del _State.children[pid]
+    if child.pidfd >= 0:
+        _State.handlers.pop(child.pidfd, None)
+        _State.epoll.unregister(child.pidfd)
+        os.close(child.pidfd)
+        child.pidfd = -1
+    _close_stdin(child)
+    assert child.out is not None and child.err is not None
+    done = _read_stream(child.out) & _read_stream(child.err)
+    if done or child.killed:
+        _complete(child)
+    else:
+        # An escaped grandchild may hold a pipe open: wait a little for EOF.
+        child.deadline = now + _EOF_GRACE
+        _State.lingering.append(child)
+
+
+def _drain_status() -> None:
+    data = b""
     while True:
         try:
-            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return
-        if info is None or info.si_pid == 0:
-            return
-        pid = info.si_pid
-        with contextlib.suppress(OSError):
-            os.killpg(pid, signal.SIGKILL)
-        uid = _State.sweep_uids.pop(pid, None)
-        if uid is not None:
-            _sweep_uid(uid)
-        _, status = os.waitpid(pid, 0)
-        req_id = _State.children.pop(pid, None)
-        if req_id is not None:
-            _State.pids.pop(req_id, None)
-            _send({"op": "exited", "id": req_id, "rc": os.waitstatus_to_exitcode(status)})
+            chunk = os.read(_State.status_r, 65536)
+        except (BlockingIOError, InterruptedError):
+            break
+        if not chunk:
+            break
+        data += chunk
+    pos = 0
+    while pos + _STATUS_HDR.size <= len(data):
+        pid, size = _STATUS_HDR.unpack_from(data, pos)
+        pos += _STATUS_HDR.size
+        _State.failures[pid] = data[pos : pos + size].decode("utf-8", "replace")
+        pos += size
+
+
+def _complete(child: _Child) -> None:
+    """Report the exit with the captured output (and fetched files); forget the child."""
+    _State.by_id.pop(child.req_id, None)
+    msg: dict[str, Any] = {"op": "exited", "id": child.req_id, "rc": child.rc, "at": child.exited_at}
+    if child.killed:
+        msg["killed"] = True
+    blobs: list[bytes] = []
+    for stream in (child.out, child.err):
+        assert stream is not None
+        _read_stream(stream)
+        if _State.handlers.pop(stream.fd, None) is not None:
+            _State.epoll.unregister(stream.fd)
+        os.close(stream.fd)
+        blobs.append(bytes(stream.kept))
+    _drain_status()
+    failure = _State.failures.pop(child.pid, None)
+    if failure is not None:
+        msg["fail"] = failure
+    workdir = child.workdir
+    if workdir is not None:
+        path = workdir["path"]
+        fetched: dict[str, int] = {}
+        for rel in workdir.get("fetch", ()):
+            data = _read_file(path, rel)
+            if data is not None:
+                fetched[rel] = len(blobs)
+                blobs.append(data)
+        msg["files"] = fetched
+        msg["removed"] = _remove_workdir(path, [t for t, _i, _x in workdir["files"]])
+    _send(msg, blobs)
+
+
+def _resolve(real: str, rel: str) -> str | None:
+    """Workdir._resolve: a path inside the dir, None for anything that would escape it."""
+    if not rel or os.path.isabs(rel) or "\0" in rel:
+        return None
+    target = os.path.realpath(os.path.join(real, rel))
+    if target == real or not target.startswith(real + os.sep):
+        return None
+    return target
+
+
+def _read_file(path: str, rel: str) -> bytes | None:
+    """Workdir.read_file: contents of a regular file inside the dir, None otherwise."""
+    try:
+        target = _resolve(os.path.realpath(path), rel)
+    except (OSError, ValueError):
+        return None
+    if target is None:
+        return None
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _remove_workdir(path: str, created: list[str]) -> bool:
+    """Remove the work dir: what we created first (usually all there is), else a full walk."""
+    for target in created:
+        try:
+            os.unlink(target)
+        except OSError:
+            break
+    try:
+        os.rmdir(path)
+        return True
+    except FileNotFoundError:
+        return True
+    except OSError:
+        pass
+    return _rmtree(path)
+
+
+def _rmtree(root: str) -> bool:
+    """Remove a tree (iteratively, never following links), fixing permissions on the way."""
+    stack = [(root, False)]
+    while stack:
+        path, listed = stack.pop()
+        if listed:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+            continue
+        try:
+            entries = list(os.scandir(path))
+        except PermissionError:
+            try:
+                os.chmod(path, 0o700)
+                entries = list(os.scandir(path))
+            except OSError:
+                continue
+        except OSError:
+            continue
+        stack.append((path, True))
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                is_dir = False
+            if is_dir:
+                stack.append((entry.path, False))
+                continue
+            try:
+                os.unlink(entry.path)
+            except PermissionError:
+                try:
+                    os.chmod(path, 0o700)
+                    os.unlink(entry.path)
+                except OSError:
+                    pass
+            except OSError:
+                pass
+    return not os.path.lexists(root)
+
+
+def _kill(req_id: int) -> None:
+    child = _State.by_id.get(req_id)
+    if child is None:
+        return
+    child.killed = True
+    if child.pid not in _State.children:  # exited, waiting for EOF: answer now
+        if child in _State.lingering:
+            _State.lingering.remove(child)
+            _complete(child)
+        return
+    _kill_group(child.pid)
+    if child.uid is not None:
+        _sweep_uid(child.uid)
 
 
 def _shutdown() -> NoReturn:
@@ -515,70 +1052,105 @@ def _shutdown() -> NoReturn:
     for pid in list(_State.children):
         with contextlib.suppress(OSError):
             os.waitpid(pid, 0)
+    for child in list(_State.by_id.values()):
+        if child.workdir is not None:
+            _rmtree(child.workdir["path"])
     os._exit(0)
 
 
-def _recv_fds(sock: socket.socket) -> tuple[bytes, list[int]]:
-    """Non-blocking recvmsg with SCM_RIGHTS (socket.recv_fds ignores its flags argument)."""
-    fds = array.array("i")
-    data, ancdata, _flags, _addr = sock.recvmsg(
-        _MAX_MSG,
-        socket.CMSG_SPACE(8 * fds.itemsize),
-        socket.MSG_DONTWAIT | socket.MSG_CMSG_CLOEXEC,
-    )
-    for level, kind, payload in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
-    return data, list(fds)
-
-
 def _handle_socket() -> _Job | None:
-    """Process every queued request; returns a job only inside a fast-path child."""
-    assert _State.sock is not None
+    """Read and process every complete request; returns a job only inside a fast-path child."""
+    inbuf = _State.inbuf
     while True:
         try:
-            data, fds = _recv_fds(_State.sock)
-        except BlockingIOError:
-            return None
+            data = os.read(_State.sock, 1 << 20)
+        except (BlockingIOError, InterruptedError):
+            break
         except OSError:
             _shutdown()
         if not data:
-            for fd in fds:
-                os.close(fd)
             _shutdown()
-        req = json.loads(data)
-        op = req.get("op")
-        if op == "spawn":
-            job = _spawn(req, fds)
-            if job is not None:
-                return job
-        else:
-            for fd in fds:
-                os.close(fd)
-            if op == "kill":
-                pid = _State.pids.get(req["id"])
-                if pid is not None:
-                    _kill_group(pid)
-                    uid = _State.sweep_uids.get(pid)
-                    if uid is not None:
-                        _sweep_uid(uid)
+        inbuf += data
+        if len(data) < (1 << 20):
+            break
+    pos = 0
+    size = len(inbuf)
+    try:
+        while size - pos >= _HDR.size:
+            body_len, head_len = _HDR.unpack_from(inbuf, pos)
+            end = pos + _HDR.size + body_len
+            if end > size:
+                break
+            start = pos + _HDR.size
+            req = json.loads(bytes(inbuf[start : start + head_len]))
+            blobs: list[bytes] = []
+            offset = start + head_len
+            for length in req.get("b", ()):
+                blobs.append(bytes(inbuf[offset : offset + length]))
+                offset += length
+            pos = end
+            op = req.get("op")
+            if op == "spawn":
+                job = _spawn(req, blobs)
+                if job is not None:
+                    return job
+            elif op == "kill":
+                _kill(req["id"])
             elif op == "shutdown":
                 _shutdown()
+    finally:
+        del inbuf[:pos]
+    return None
 
 
-def _serve(sock: socket.socket) -> _Job:
-    """Main loop; returns only inside a forked fast-path child."""
-    _State.sock = sock
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    _State.wake_fds = (wake_r, wake_w)
+def _reap_all(now: float) -> None:
+    """SIGCHLD fallback (no pidfd): find exited children without reaping them yet."""
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if info is None or info.si_pid == 0:
+            return
+        child = _State.children.get(info.si_pid)
+        if child is None:
+            with contextlib.suppress(OSError):
+                os.waitpid(info.si_pid, 0)
+            continue
+        _on_exit(child, now)
+
+
+def _install_sigchld() -> None:
+    if _State.wake_r >= 0:
+        return
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    _State.wake_r = wake_r
     signal.signal(signal.SIGCHLD, lambda _sig, _frame: None)
     signal.set_wakeup_fd(wake_w)
-    selector = selectors.DefaultSelector()
-    _State.selector = selector
-    selector.register(sock, selectors.EVENT_READ)
-    selector.register(wake_r, selectors.EVENT_READ)
+    _State.epoll.register(wake_r, select.EPOLLIN)
+    _State.handlers[wake_r] = (_K_WAKE, None)
+
+
+def _serve(sock_fd: int) -> _Job:
+    """Main loop; returns only inside a forked fast-path child."""
+    _State.sock = sock_fd
+    os.set_blocking(sock_fd, False)
+    epoll = select.epoll()
+    _State.epoll = epoll
+    epoll.register(sock_fd, select.EPOLLIN)
+    handlers = _State.handlers
+    handlers[sock_fd] = (_K_SOCK, None)
+    status_r, status_w = os.pipe2(os.O_CLOEXEC)
+    os.set_blocking(status_r, False)
+    _State.status_r, _State.status_w = status_r, status_w
+    _State.use_pidfd = hasattr(os, "pidfd_open")
+    if _State.use_pidfd:
+        try:
+            os.close(os.pidfd_open(os.getpid()))
+        except OSError:
+            _State.use_pidfd = False
+    if not _State.use_pidfd:
+        _install_sigchld()
     _send(
         {
             "op": "ready",
@@ -587,19 +1159,53 @@ def _serve(sock: socket.socket) -> _Job:
             "executable": sys.executable,
         }
     )
+    _flush()
+    lingering = _State.lingering
     while True:
-        for key, _events in selector.select():
-            if key.fileobj is sock:
-                job = _handle_socket()
-                if job is not None:
-                    return job
+        timeout = -1.0
+        if lingering:
+            timeout = max(min(c.deadline for c in lingering) - time.monotonic(), 0.0)
+        try:
+            events = epoll.poll(timeout)
+        except InterruptedError:
+            events = []
+        now = time.monotonic()
+        for fd, _ev in events:
+            entry = handlers.get(fd)
+            if entry is None:
+                continue
+            kind, child = entry
+            if kind == _K_SOCK:
+                if _ev & select.EPOLLOUT:
+                    _flush()
+                if _ev & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
+                    job = _handle_socket()
+                    if job is not None:
+                        return job
+            elif kind == _K_OUT:
+                _read_stream(child.out)
+            elif kind == _K_ERR:
+                _read_stream(child.err)
+            elif kind == _K_PIDFD:
+                _on_exit(child, now)
+            elif kind == _K_STDIN:
+                _feed_stdin(child)
             else:
                 try:
-                    while os.read(wake_r, 4096):
+                    while os.read(fd, 4096):
                         pass
-                except BlockingIOError:
+                except (BlockingIOError, InterruptedError):
                     pass
-        _reap()
+                _reap_all(now)
+        if lingering:
+            now = time.monotonic()
+            for child in list(lingering):
+                assert child.out is not None and child.err is not None
+                if (not child.out.reading and not child.err.reading) or child.deadline <= now:
+                    lingering.remove(child)
+                    _complete(child)
+        if _State.outbuf:
+            _flush()
 
 
 # --- fast-path finalisation (what Py_RunMain + Py_FinalizeEx do) --------------------------
@@ -693,12 +1299,10 @@ def _finish(exc: BaseException | None, job: _Job) -> NoReturn:
             code = 1
             sigint = isinstance(exc, KeyboardInterrupt)
         exc = None
-    try:
-        threading = sys.modules.get("threading")
-        if threading is not None:
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        with contextlib.suppress(BaseException):
             threading._shutdown()
-    except BaseException:
-        pass
     try:
         import atexit
 
@@ -722,19 +1326,19 @@ def _finish(exc: BaseException | None, job: _Job) -> NoReturn:
 
 def _main(our_depth: int) -> _Job:
     """Start the zygote: calibrate, pre-import, freeze the heap and serve requests."""
-    global _RECURSION_OFFSET
     fresh = _fresh_depth()
     if fresh is not None and 0 < our_depth < fresh:
-        _RECURSION_OFFSET = fresh - our_depth
-    sock = socket.socket(fileno=int(sys.argv[1]))
-    sock.setblocking(True)
+        _install_recursion_shim(fresh - our_depth)
+    sock_fd = int(sys.argv[1])
+    if os.geteuid() == 0:
+        _drop_process_privileges()
     for name in _PREIMPORT:
         with contextlib.suppress(ImportError):
             __import__(name)
     gc.collect()
     if hasattr(gc, "freeze"):
         gc.freeze()
-    return _serve(sock)
+    return _serve(sock_fd)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,8 @@ class JupyterRunner:
         response = RunJupyterResponse(status=RunStatus.Success, message="", executor_pod_name=self._pod_name)
         code_repr = "\n".join(request.cells)[:100]
         try:
-            with self._executor.workdir() as workdir:
+            # One program in the dir: the sandbox creates it, its files and removes it.
+            with self._executor.deferred_workdir() as workdir:
                 restore_files(workdir, dict(request.files))
                 config = {
                     "kernel": request.kernel,
@@ -48,6 +49,7 @@ class JupyterRunner:
                 workdir.write_file("config.json", json.dumps(config).encode())
                 script = workdir.new_script(".py")
                 workdir.write_file(os.path.basename(script), _DRIVER_SOURCE)
+                workdir.fetch = ["cells.json", *request.fetch_files]
                 result = await self._executor.run(
                     ExecutionRequest(
                         argv=[self._python, script],
@@ -56,8 +58,10 @@ class JupyterRunner:
                         memory_limit_mb=request.memory_limit_MB,
                         extra_env={"PATH": self._path},
                         python_script=script,
+                        setup=workdir.setup(),
                     )
                 )
+                workdir.complete(result.files, result.workdir_removed)
                 driver = to_command_result(result)
                 response.driver = driver
                 if driver.status != CommandRunStatus.Finished or driver.return_code != 0:

@@ -12,7 +12,7 @@ import base64
 import os
 from dataclasses import dataclass
 
-from emulator.executor import ExecutionRequest, ExecutionResult, Executor, Workdir
+from emulator.executor import DeferredWorkdir, ExecutionRequest, ExecutionResult, Executor, Workdir
 from emulator.sandbox_fusion.models import (
     CommandRunResult,
     CommandRunStatus,
@@ -114,7 +114,7 @@ def to_command_result(result: ExecutionResult) -> CommandRunResult:
     )
 
 
-def restore_files(workdir: Workdir, files: dict[str, str | None]) -> None:
+def restore_files(workdir: Workdir | DeferredWorkdir, files: dict[str, str | None]) -> None:
     """Write the request's base64 files; ``None`` values and IGNORE_THIS_FILE names are skipped, as upstream."""
     for name, content in files.items():
         if not isinstance(content, str) or "IGNORE_THIS_FILE" in name:
@@ -122,7 +122,7 @@ def restore_files(workdir: Workdir, files: dict[str, str | None]) -> None:
         workdir.write_file(name, base64.b64decode(content))
 
 
-def collect_files(workdir: Workdir, names: list[str]) -> dict[str, str]:
+def collect_files(workdir: Workdir | DeferredWorkdir, names: list[str]) -> dict[str, str]:
     """Base64 of each requested file that exists; missing ones are silently omitted, as upstream."""
     fetched: dict[str, str] = {}
     for name in names:
@@ -175,7 +175,10 @@ class CodeRunner:
     async def _run_spec(
         self, spec: LanguageSpec, request: RunCodeRequest
     ) -> tuple[CommandRunResult | None, CommandRunResult | None, dict[str, str]]:
-        with self._executor.workdir() as workdir:
+        # One program in the dir: the sandbox creates it, its files and removes it (no file-system work here).
+        one_shot = spec.compile is None
+        workdir: Workdir | DeferredWorkdir = self._executor.deferred_workdir() if one_shot else self._executor.workdir()
+        with workdir:
             restore_files(workdir, request.files)
             if spec.file_name is not None:
                 code_path = os.path.join(workdir.path, spec.file_name)
@@ -209,19 +212,25 @@ class CodeRunner:
             ):
                 is_python = spec.run == "python {file}"
                 argv = [self._python, code_path] if is_python else [BASH, "-c", spec.run.format(**fields)]
-                run_result = to_command_result(
-                    await self._executor.run(
-                        ExecutionRequest(
-                            argv=argv,
-                            cwd=workdir.path,
-                            timeout=request.run_timeout,
-                            stdin=request.stdin.encode() if request.stdin is not None else None,
-                            memory_limit_mb=request.memory_limit_MB,
-                            extra_env=env,
-                            python_script=code_path if is_python else None,
-                        )
+                setup = None
+                if isinstance(workdir, DeferredWorkdir):
+                    workdir.fetch = list(request.fetch_files)
+                    setup = workdir.setup()
+                result = await self._executor.run(
+                    ExecutionRequest(
+                        argv=argv,
+                        cwd=workdir.path,
+                        timeout=request.run_timeout,
+                        stdin=request.stdin.encode() if request.stdin is not None else None,
+                        memory_limit_mb=request.memory_limit_MB,
+                        extra_env=env,
+                        python_script=code_path if is_python else None,
+                        setup=setup,
                     )
                 )
+                if isinstance(workdir, DeferredWorkdir):
+                    workdir.complete(result.files, result.workdir_removed)
+                run_result = to_command_result(result)
             return compile_result, run_result, collect_files(workdir, request.fetch_files)
 
 
