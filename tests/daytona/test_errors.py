@@ -1,0 +1,178 @@
+"""Errors as the SDK sees them: throttlers, quotas, timeouts, authentication, faults, failed states."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from daytona import (
+    AsyncDaytona,
+    CreateSandboxFromSnapshotParams,
+    Daytona,
+    DaytonaAuthenticationError,
+    DaytonaConfig,
+    DaytonaError,
+    DaytonaRateLimitError,
+    DaytonaServiceUnavailableError,
+    DaytonaTimeoutError,
+    DaytonaValidationError,
+    SandboxState,
+)
+from daytona_toolbox_api_client_async.exceptions import ApiException
+
+from emulator.daytona import Quotas, ThrottlerSpec
+from emulator.daytona.config import DaytonaConfig as EmulatedDaytona
+from emulator.server import EmulatorServer
+
+from .conftest import make_server
+
+KEY = "k-test"
+
+
+def _config(**kwargs: object) -> EmulatedDaytona:
+    return EmulatedDaytona(api_key=KEY, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("throttler", "operation"),
+    [("sandbox-create", "create"), ("sandbox-lifecycle", "stop"), ("authenticated", "get")],
+)
+def test_each_throttler_surfaces_as_rate_limit_error(throttler: str, operation: str) -> None:
+    specs = {
+        "authenticated": ThrottlerSpec("authenticated", 3),
+        "sandbox-create": ThrottlerSpec("sandbox-create", 1 if throttler == "sandbox-create" else 100),
+        "sandbox-lifecycle": ThrottlerSpec("sandbox-lifecycle", 0 if throttler == "sandbox-lifecycle" else 100),
+    }
+    if throttler != "authenticated":
+        specs["authenticated"] = ThrottlerSpec("authenticated", 100)
+    with make_server(_config(throttlers=tuple(specs.values()))) as server:
+        daytona = Daytona(DaytonaConfig(api_url=server.url + "/api", api_key=KEY))
+        sandbox = daytona.create()
+        with pytest.raises(DaytonaRateLimitError) as info:
+            if operation == "create":
+                daytona.create()
+            elif operation == "stop":
+                sandbox.stop()
+            else:
+                for _ in range(5):
+                    daytona.get(sandbox.id)
+        error = info.value
+        assert error.status_code == 429
+        headers = {k.lower(): v for k, v in (error.headers or {}).items()}
+        assert headers[f"x-ratelimit-limit-{throttler}"] == str(specs[throttler].limit)
+        assert headers[f"x-ratelimit-remaining-{throttler}"] == "0"
+        assert int(headers[f"retry-after-{throttler}"]) > 0
+        assert "ThrottlerException" in str(error)
+
+
+def test_throttler_headers_on_every_api_response(api_url: str, api_key: str, server: EmulatorServer) -> None:
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"}
+    response = httpx.post(api_url + "/sandbox", json={"env": {}, "labels": {}}, headers=headers)
+    assert response.status_code == 200
+    assert response.headers["x-ratelimit-limit-sandbox-create"] == "300"  # Tier 1 by default
+    assert response.headers["x-ratelimit-remaining-sandbox-create"] == "299"
+    assert response.headers["x-ratelimit-limit-authenticated"] == "10000"
+    sandbox_id = response.json()["id"]
+    response = httpx.delete(f"{api_url}/sandbox/{sandbox_id}", headers=headers)
+    assert response.headers["x-ratelimit-limit-sandbox-lifecycle"] == "10000"
+
+
+def test_create_over_quota_is_a_bad_request() -> None:
+    with make_server(_config(quotas=Quotas(total_cpu=2))) as server:
+        daytona = Daytona(DaytonaConfig(api_url=server.url, api_key=KEY))
+        daytona.create()
+        daytona.create()
+        with pytest.raises(DaytonaValidationError) as info:
+            daytona.create()
+        assert info.value.status_code == 400
+        assert "Total CPU limit exceeded. Maximum allowed: 2." in str(info.value)
+    with make_server(_config(quotas=Quotas(max_sandboxes=1))) as server:
+        daytona = Daytona(DaytonaConfig(api_url=server.url, api_key=KEY))
+        daytona.create()
+        with pytest.raises(DaytonaValidationError):
+            daytona.create()
+
+
+def test_interpreter_timeout_is_a_timeout_error(api_url: str, api_key: str) -> None:
+    async def scenario() -> None:
+        async with AsyncDaytona(DaytonaConfig(api_url=api_url, api_key=api_key)) as daytona:
+            sandbox = await daytona.create()
+            await sandbox.code_interpreter.run_code("state = 1")
+            with pytest.raises(DaytonaTimeoutError):
+                await sandbox.code_interpreter.run_code("import time\nprint('start')\ntime.sleep(30)", timeout=1)
+            # The timed-out context is restarted: it works again, with fresh state.
+            result = await sandbox.code_interpreter.run_code("print('state' in globals())")
+            assert result.stdout == "False\n"
+            await sandbox.delete()
+
+    asyncio.run(scenario())
+
+
+def test_exec_timeout_is_408(api_url: str, api_key: str) -> None:
+    daytona = Daytona(DaytonaConfig(api_url=api_url, api_key=api_key))
+    sandbox = daytona.create()
+    with pytest.raises(DaytonaTimeoutError) as info:
+        sandbox.process.exec("sleep 30", timeout=1)
+    assert info.value.status_code == 408
+    assert info.value.code == "REQUEST_TIMEOUT"
+    sandbox.delete()
+
+
+def test_wrong_key_is_an_authentication_error(api_url: str) -> None:
+    daytona = Daytona(DaytonaConfig(api_url=api_url, api_key="wrong"))
+    with pytest.raises(DaytonaAuthenticationError) as info:
+        daytona.create()
+    assert info.value.status_code == 401
+
+
+def test_fault_plan_on_daytona_routes(api_url: str, api_key: str, server: EmulatorServer) -> None:
+    server.emulator.set_faults(
+        {
+            "rules": [
+                {"route": "daytona.sandbox.create", "requests": "1", "fault": 503},
+                {"route": "daytona.toolbox.code_run", "requests": "1", "fault": 429},
+                {"route": "daytona.interpreter.execute", "requests": "1", "fault": {"hang": {"seconds": 0.2}}},
+            ]
+        }
+    )
+
+    async def scenario() -> None:
+        async with AsyncDaytona(DaytonaConfig(api_url=api_url, api_key=api_key)) as daytona:
+            with pytest.raises(DaytonaServiceUnavailableError):
+                await daytona.create()
+            sandbox = await daytona.create()
+            with pytest.raises(ApiException) as info:  # code_run is not wrapped by the SDK's error mapping
+                await sandbox.process.code_run("print(1)")
+            assert info.value.status == 429
+            with pytest.raises(DaytonaTimeoutError):
+                await sandbox.code_interpreter.run_code("print(1)")
+            assert (await sandbox.code_interpreter.run_code("print(1)")).stdout == "1\n"
+            await sandbox.delete()
+
+    asyncio.run(scenario())
+    faults = server.emulator.journal.counts("fault", "daytona")
+    assert faults.get("status") == 2 and faults.get("hang") == 1
+
+
+def test_creation_latency_and_error_states() -> None:
+    with make_server(_config(create_latency=0.3)) as server:
+        daytona = Daytona(DaytonaConfig(api_url=server.url, api_key=KEY))
+        sandbox = daytona.create(timeout=10)  # polled until started
+        assert sandbox.state == SandboxState.STARTED
+        server.emulator.daytona.store.fail_next_creates(1, "build_failed", "bad image")
+        with pytest.raises(DaytonaError, match="bad image"):
+            daytona.create(CreateSandboxFromSnapshotParams(), timeout=10)
+    with make_server(_config(create_latency=30)) as server:
+        daytona = Daytona(DaytonaConfig(api_url=server.url, api_key=KEY))
+        with pytest.raises(DaytonaTimeoutError) as info:
+            daytona.create(timeout=1)
+        assert getattr(info.value, "sandbox_id", None)
+
+
+def test_ephemeral_sandbox_is_deleted_on_stop(api_url: str, api_key: str, server: EmulatorServer) -> None:
+    daytona = Daytona(DaytonaConfig(api_url=api_url, api_key=api_key))
+    sandbox = daytona.create(CreateSandboxFromSnapshotParams(ephemeral=True))
+    sandbox.stop()
+    assert server.emulator.daytona.store.alive() == 0
