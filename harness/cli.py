@@ -46,16 +46,21 @@ def _serve(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         print(f"sandbox-emulator: --port must be between 0 and 65535, got {args.port}", file=sys.stderr)
         return 2
+    from emulator.daytona import DEFAULT_API_KEY, DaytonaConfig
+
     executor_config = _executor_config(args)
     assert isinstance(executor_config, ExecutorConfig)
+    daytona_key = args.daytona_api_key or DEFAULT_API_KEY
     try:
-        emulator = Emulator(EmulatorConfig(executor=executor_config), faults=args.faults)
+        config = EmulatorConfig(executor=executor_config, daytona=DaytonaConfig(api_key=daytona_key))
+        emulator = Emulator(config, faults=args.faults)
     except (FaultPlanError, OSError, ValueError) as exc:
         print(f"sandbox-emulator: bad --faults {args.faults!r}: {exc}", file=sys.stderr)
         return 2
 
     def announce(base: str) -> None:
         print(f"Sandbox Fusion  {base}/run_code  {base}/run_jupyter  {base}/v1/ping", flush=True)
+        print(f"Daytona         DAYTONA_API_URL={base}/api DAYTONA_API_KEY={daytona_key}", flush=True)
         print(f"Control plane   {base}/_emulator/  (health, reset, faults, journal, stats, decisions)", flush=True)
         print(f"Python runtime  {emulator.python} ({args.python_mode} path)", flush=True)
         if args.faults:
@@ -85,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     serve.add_argument("--port", type=int, default=8080, help="port (default: 8080, as Sandbox Fusion; 0 picks one)")
     serve.add_argument("--faults", metavar="FILE_OR_PROFILE", help="fault plan: a YAML/JSON file or a profile name")
+    serve.add_argument(
+        "--daytona-api-key", metavar="KEY", help="bearer key the Daytona API accepts (default: printed at start)"
+    )
     serve.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     _add_runtime_options(serve)
     serve.set_defaults(func=_serve)
@@ -96,7 +104,19 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     bench.add_argument("--python", metavar="PATH", help="runtime interpreter for submitted Python")
     bench.set_defaults(func=_bench)
+
+    daytona = sub.add_parser("bench-daytona", help="Daytona through the real SDK: creates/s, code_run/s, peak RSS")
+    daytona.add_argument("--sandboxes", type=int, default=128, help="sandboxes, all created at once (default: 128)")
+    daytona.add_argument("--rounds", type=int, default=5, help="rounds of one code_run per sandbox (default: 5)")
+    daytona.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    daytona.set_defaults(func=_bench_daytona)
     return parser
+
+
+def _bench_daytona(args: argparse.Namespace) -> int:
+    from harness.bench.daytona import main as daytona_main
+
+    return daytona_main(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

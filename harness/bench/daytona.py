@@ -1,0 +1,88 @@
+"""Daytona benchmark through the real SDK: sandboxes created/s, code_run and run_code calls/s, peak RSS.
+
+The emulator runs as its own process (``sandbox-emulator serve``); the SDK (``AsyncDaytona``) drives it from this
+one, all sandboxes at once (concurrency = ``--sandboxes``, 128 by default, as the verl benchmark). Peak RSS is the
+server process's VmHWM with every sandbox alive (interpreter processes are separate and listed apart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from harness.bench.throughput import _descendants, _free_port, _vm_hwm_kb, _wait_healthy
+
+KEY = "bench-key"
+
+
+def _rss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+async def _run(url: str, count: int, rounds: int, server_pid: int) -> dict[str, Any]:
+    from daytona import AsyncDaytona, CreateSandboxFromSnapshotParams, DaytonaConfig
+
+    figures: dict[str, Any] = {"sandboxes": count, "rounds": rounds}
+    async with AsyncDaytona(DaytonaConfig(api_url=url + "/api", api_key=KEY)) as daytona:
+        t0 = time.perf_counter()
+        params = [CreateSandboxFromSnapshotParams(labels={"bench": str(i)}) for i in range(count)]
+        sandboxes = await asyncio.gather(*(daytona.create(p, timeout=120) for p in params))
+        figures["create_s"] = time.perf_counter() - t0
+        figures["creates_per_s"] = count / figures["create_s"]
+
+        async def timed(label: str, make: Any) -> None:
+            await asyncio.gather(*(make(s) for s in sandboxes))  # warm-up round
+            start = time.perf_counter()
+            for _ in range(rounds):
+                await asyncio.gather(*(make(s) for s in sandboxes))
+            elapsed = time.perf_counter() - start
+            figures[f"{label}_per_s"] = count * rounds / elapsed
+
+        await timed("code_run", lambda s: s.process.code_run("print(2 + 2)"))
+        await timed("exec", lambda s: s.process.exec("echo 4"))
+        await timed("run_code", lambda s: s.code_interpreter.run_code("print(2 + 2)"))
+        figures["server_rss_mb_all_alive"] = _rss_kb(server_pid) / 1024
+        children = _descendants(server_pid)
+        figures["child_processes"] = len(children)
+        figures["children_rss_mb"] = sum(_rss_kb(p) for p in children) / 1024
+        t0 = time.perf_counter()
+        await asyncio.gather(*(s.delete() for s in sandboxes))
+        figures["deletes_per_s"] = count / (time.perf_counter() - t0)
+    figures["server_peak_rss_mb"] = _vm_hwm_kb(server_pid) / 1024
+    return figures
+
+
+def main(args: argparse.Namespace) -> int:
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "harness.cli", "serve", "--port", str(port), "--daytona-api-key", KEY]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env={**os.environ, "NO_PROXY": "127.0.0.1,localhost"})
+    try:
+
+        async def go() -> dict[str, Any]:
+            await _wait_healthy(url, proc)
+            return await _run(url, args.sandboxes, args.rounds, proc.pid)
+
+        figures = asyncio.run(go())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    for key, value in figures.items():
+        print(f"{key:28s} {value:.1f}" if isinstance(value, float) else f"{key:28s} {value}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=2, sort_keys=True)
+    return 0
