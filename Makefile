@@ -35,7 +35,7 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
 # Tests need verl, which needs torch: the CPU build 2.13.0 first, so no CUDA build is pulled in.
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev,verl,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,verl,daytona,bench]'
 	touch $@ $(VENV)/.demo-installed
 
 clean:
