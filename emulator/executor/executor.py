@@ -120,6 +120,10 @@ class Executor:
         # Exclusive uids (count > 1) are swept (every process killed) after each execution.
         self._exclusive_uids = count > 1
         self._free_uids: collections.deque[int] = collections.deque(range(base or 0, (base or 0) + count))
+        # Exclusive uids that may have processes left (from before us, or from a run whose
+        # end the zygote never confirmed): the next run with one sweeps it first.  The
+        # zygote sweeps every uid at the end of each run, so a confirmed run leaves it clean.
+        self._dirty_uids: set[int] = set(self._free_uids) if self._exclusive_uids else set()
         self._uid_slots: asyncio.Semaphore | None = None
         self._workdirs: set[str] = set()
         runtime_bin = os.path.dirname(os.path.abspath(self.config.python))
@@ -161,6 +165,14 @@ class Executor:
             self._uid_slots = asyncio.Semaphore(len(self._free_uids))
         await self._uid_slots.acquire()
         return self._free_uids.popleft()
+
+    def _end_uid(self, uid: int | None, confirmed: bool) -> None:
+        """A run we stopped waiting for ended: its uid is clean if the zygote confirmed it."""
+        if uid is not None and confirmed:
+            self._dirty_uids.discard(uid)
+        elif uid is not None and self._exclusive_uids:
+            self._dirty_uids.add(uid)
+        self._release_uid(uid)
 
     def _release_uid(self, uid: int | None) -> None:
         if uid is None or not self._exclusive_uids or self._uid_slots is None:
@@ -295,6 +307,7 @@ class Executor:
             "uid": None,
             "gid": self._gid,
             "sweep": self._exclusive_uids,
+            "presweep": False,
             "limits": self._limits(request),
         }
         blobs: list[bytes] = []
@@ -318,6 +331,8 @@ class Executor:
         try:
             if uid is not None and self._gid is not None:
                 msg["uid"] = uid
+                if uid in self._dirty_uids:
+                    msg["presweep"] = True
                 if setup is None:
                     self._hand_over(request.cwd, uid, self._gid)  # a few chown calls: cheaper inline
             return await self._run_attempts(msg, blobs, request, unconfirmed)
@@ -327,7 +342,7 @@ class Executor:
             # until the report comes.  A child that outlived a lost zygote is swept by the
             # next execution with this uid.
             if unconfirmed:
-                unconfirmed[0].on_end.append(lambda: self._release_uid(uid))
+                unconfirmed[0].on_end.append(lambda confirmed: self._end_uid(uid, confirmed))
             else:
                 self._release_uid(uid)
 
@@ -348,6 +363,8 @@ class Executor:
                 return await self._run_once(zygote, request, msg, blobs, unconfirmed)
             except ZygoteLost as exc:
                 if exc.args and exc.args[0] == "started":
+                    if msg["uid"] is not None and self._exclusive_uids:
+                        self._dirty_uids.add(msg["uid"])  # what it started may still run
                     return _error_result("sandbox executor restarted while the program ran")
                 _log.warning("zygote lost before start, retrying (%d)", attempt + 1)
         return _error_result("sandbox executor unavailable")
@@ -396,6 +413,8 @@ class Executor:
         if reply is None:  # killed, but the zygote did not confirm in time
             return ExecutionResult("TimeLimitExceeded", timed_out[0] - t0, None, "", "")
         info = reply.msg
+        if msg["uid"] is not None:
+            self._dirty_uids.discard(msg["uid"])  # the zygote swept it after the exit
         files: dict[str, bytes] | None = None
         fetched = info.get("files")
         if fetched is not None:

@@ -25,6 +25,10 @@ ZYGOTE_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote
 _READY_TIMEOUT = 30.0
 _RECV_SIZE = 1 << 20
 _HDR = struct.Struct("<II")
+_STARTED = 0xFFFFFFFF  # binary replies: see zygote_main.py
+_EXITED = 0xFFFFFFFE
+_STARTED_BODY = struct.Struct("<qi")
+_EXITED_BODY = struct.Struct("<qidBII")
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 _loads = json.loads
 
@@ -47,13 +51,14 @@ class Pending:
 
     exited: asyncio.Future[Reply | None]  # None: we stopped waiting (see Executor)
     pid: int | None = field(default=None)
-    # Called once the zygote confirmed the end (or died), even if we stopped waiting before.
-    on_end: list[Callable[[], None]] = field(default_factory=list)
+    # Called once the zygote confirmed the end (True) or died (False), even if we stopped
+    # waiting before.
+    on_end: list[Callable[[bool], None]] = field(default_factory=list)
 
-    def end(self) -> None:
+    def end(self, confirmed: bool) -> None:
         callbacks, self.on_end = self.on_end, []
         for callback in callbacks:
-            callback()
+            callback(confirmed)
 
 
 class Zygote:
@@ -169,15 +174,28 @@ class Zygote:
             if end > size:
                 break
             start = pos + hdr_size
-            msg = _loads(bytes(buf[start : start + head_len]))
-            blobs: list[bytes] = []
-            lengths = msg.get("b")
-            if lengths:
-                offset = start + head_len
-                for length in lengths:
-                    blobs.append(bytes(buf[offset : offset + length]))
-                    offset += length
             pos = end
+            if head_len == _STARTED:
+                req_id, pid = _STARTED_BODY.unpack_from(buf, start)
+                pending = self._pending.get(req_id)
+                if pending is not None:
+                    pending.pid = pid
+                continue
+            blobs: list[bytes] = []
+            if head_len == _EXITED:
+                req_id, rc, at, flags, out_len, err_len = _EXITED_BODY.unpack_from(buf, start)
+                offset = start + _EXITED_BODY.size
+                blobs.append(bytes(buf[offset : offset + out_len]))
+                blobs.append(bytes(buf[offset + out_len : offset + out_len + err_len]))
+                msg: dict[str, Any] = {"op": "exited", "id": req_id, "rc": rc, "at": at, "removed": bool(flags & 1)}
+            else:
+                msg = _loads(bytes(buf[start : start + head_len]))
+                lengths = msg.get("b")
+                if lengths:
+                    offset = start + head_len
+                    for length in lengths:
+                        blobs.append(bytes(buf[offset : offset + length]))
+                        offset += length
             self._dispatch(msg, blobs)
         del buf[:pos]
 
@@ -189,7 +207,7 @@ class Zygote:
                 if not pending.exited.done():
                     pending.exited.set_result(Reply(msg, blobs))
                 if pending.on_end:
-                    pending.end()
+                    pending.end(True)
         elif op == "started":
             pending = self._pending.get(msg["id"])
             if pending is not None:
@@ -202,7 +220,7 @@ class Zygote:
             if pending is not None:
                 if not pending.exited.done():
                     pending.exited.set_exception(OSError(str(msg.get("error", "spawn failed"))))
-                pending.end()
+                pending.end(True)
 
     def _send(self, msg: dict[str, Any], blobs: Sequence[bytes] = (), *, now: bool = False) -> None:
         """Queue one frame; everything queued in this loop iteration goes out in one write.
@@ -272,7 +290,7 @@ class Zygote:
             if not item.exited.done():
                 item.exited.set_exception(ZygoteLost("started" if item.pid else "not started"))
                 item.exited.exception()
-            item.end()
+            item.end(False)
         if self._proc is not None and self._reaper is None:
             self._reaper = self._loop.run_in_executor(None, self._reap, self._proc)
 

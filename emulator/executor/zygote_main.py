@@ -38,6 +38,7 @@ if sys.path and sys.path[0] == __file__.rpartition("/")[0]:
     del sys.path[0]
 
 import _ast  # noqa: F401  (compile() builds the AST types on first use: once here, not per child)
+import atexit  # not imported at startup: a child's first import of it costs 300 us of page faults
 import builtins
 import contextlib
 import ctypes
@@ -60,6 +61,13 @@ _SELF_MODULE = sys.modules[__name__]
 _BASE_PATH = list(sys.path)
 _HDR = struct.Struct("<II")
 _STATUS_HDR = struct.Struct("<II")
+# Binary frames for the two hot replies (the JSON length field holds a marker instead):
+# started = <id, pid>; exited (no fetched file, failure or kill) = <id, rc, at, flags, stdout
+# len, stderr len> followed by stdout and stderr.
+_STARTED = 0xFFFFFFFF
+_EXITED = 0xFFFFFFFE
+_STARTED_BODY = struct.Struct("<qi")
+_EXITED_BODY = struct.Struct("<qidBII")  # flags: 1 = work dir removed
 _PIPE_BUF = 4096
 _EOF_GRACE = 0.5
 _READ_CHUNK = 65536
@@ -294,6 +302,7 @@ class _Plan:
         "fds",
         "gid",
         "nproc_own",
+        "presweep",
         "req",
         "rlimits",
         "sweep",
@@ -313,6 +322,7 @@ class _Plan:
         self.uid: int | None = None
         self.gid = 0
         self.sweep = False
+        self.presweep = False
         self.workdir: tuple[str, list[tuple[str, bytes, bool]]] | None = None
 
 
@@ -331,6 +341,7 @@ class _Job:
         self.error = error
         self.argv0 = argv0
         self.load = code is None and error is None  # the child reads and compiles the file
+        self.gc_counts = (0, 0)  # gc.get_count()[1:] at the fork
 
 
 class _State:
@@ -564,7 +575,7 @@ def _child(plan: _Plan, zygote_pid: int, job: _Job | None) -> _Job | None:
             os.setresuid(uid, uid, uid)
             _check(_capset(*_CAP_ARGS), "capset")
             _check(_prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE, _CAP_DAC_READ_SEARCH, 0, 0), "PR_CAP_AMBIENT")
-            if plan.sweep:
+            if plan.presweep:
                 # Leftovers of an earlier execution with this uid (e.g. after a zygote crash).
                 with contextlib.suppress(OSError):
                     os.kill(-1, signal.SIGKILL)
@@ -646,13 +657,20 @@ def _prepare_python(req: dict[str, Any], source: bytes | None) -> _Job:
     argv0: str = req["argv"][0]
     if source is None:
         return _Job(namespace, None, None, argv0)
+    # A compile-time warning (SyntaxWarning, ...) belongs on the child's stderr: if one is
+    # shown, the child compiles again itself.  (Only the display hook is swapped: filters
+    # and registries behave as in the child.)
+    caught: list[object] = []
+    show = warnings._showwarnmsg  # type: ignore[attr-defined]
+    warnings._showwarnmsg = caught.append  # type: ignore[attr-defined]
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            code = compile(source, path, "exec", dont_inherit=True)
+        code = compile(source, path, "exec", dont_inherit=True)
     except BaseException as exc:  # SyntaxError, ValueError (null bytes), ...
         exc.__traceback__ = None
-        return _Job(namespace, None, exc, argv0)
-    if caught:  # compile-time warnings belong on the child's stderr: let it compile
+        return _Job(namespace, None, exc if not caught else None, argv0)
+    finally:
+        warnings._showwarnmsg = show  # type: ignore[attr-defined]
+    if caught:
         return _Job(namespace, None, None, argv0)
     return _Job(namespace, code, None, argv0)
 
@@ -685,6 +703,7 @@ def _spawn(req: dict[str, Any], blobs: list[bytes]) -> _Job | None:
     plan.uid = req["uid"]
     plan.gid = req["gid"] or 0
     plan.sweep = bool(req.get("sweep"))
+    plan.presweep = bool(req.get("presweep"))
     _plan_rlimits(plan, req)
     workdir = req.get("dir")
     if workdir is not None:
@@ -715,6 +734,8 @@ def _spawn(req: dict[str, Any], blobs: list[bytes]) -> _Job | None:
     # Objects made since the last fork are the child's business only: keep its gc.collect()
     # (and every automatic collection) away from the zygote's heap.
     gc.freeze()
+    if job is not None:
+        job.gc_counts = gc.get_count()[1:]
     try:
         pid = os.fork()
     except OSError as exc:
@@ -733,7 +754,12 @@ def _spawn(req: dict[str, Any], blobs: list[bytes]) -> _Job | None:
     if plan.sweep and plan.uid is not None:
         child.uid = plan.uid
     if workdir is not None:
-        child.workdir = workdir
+        # What _complete needs: the dir, the names to fetch, the files we made (removed first).
+        child.workdir = {
+            "path": workdir["path"],
+            "fetch": workdir.get("fetch", ()),
+            "files": [t for t, _i, _x in workdir["files"]],
+        }
     _State.children[pid] = child
     _State.by_id[req_id] = child
     epoll = _State.epoll
@@ -764,7 +790,7 @@ def _spawn(req: dict[str, Any], blobs: list[bytes]) -> _Job | None:
             handlers[in_w] = (_K_STDIN, child)
     else:
         os.close(in_w)
-    _send({"op": "started", "id": req_id, "pid": pid})
+    _State.outbuf += _HDR.pack(_STARTED_BODY.size, _STARTED) + _STARTED_BODY.pack(req_id, pid)
     if _State.forks % _REFREEZE_EVERY == 0:
         # Cyclic garbage of the zygote itself would otherwise stay frozen forever.
         gc.unfreeze()
@@ -905,9 +931,6 @@ def _drain_status() -> None:
 def _complete(child: _Child) -> None:
     """Report the exit with the captured output (and fetched files); forget the child."""
     _State.by_id.pop(child.req_id, None)
-    msg: dict[str, Any] = {"op": "exited", "id": child.req_id, "rc": child.rc, "at": child.exited_at}
-    if child.killed:
-        msg["killed"] = True
     blobs: list[bytes] = []
     for stream in (child.out, child.err):
         assert stream is not None
@@ -918,19 +941,31 @@ def _complete(child: _Child) -> None:
         blobs.append(bytes(stream.kept))
     _drain_status()
     failure = _State.failures.pop(child.pid, None)
-    if failure is not None:
-        msg["fail"] = failure
     workdir = child.workdir
+    fetched: dict[str, int] = {}
+    removed = False
     if workdir is not None:
         path = workdir["path"]
-        fetched: dict[str, int] = {}
-        for rel in workdir.get("fetch", ()):
+        for rel in workdir["fetch"]:
             data = _read_file(path, rel)
             if data is not None:
                 fetched[rel] = len(blobs)
                 blobs.append(data)
+        removed = _remove_workdir(path, workdir["files"])
+    if failure is None and not fetched and not child.killed:
+        out, err = blobs
+        flags = 1 if removed else 0
+        body = _EXITED_BODY.pack(child.req_id, child.rc or 0, child.exited_at, flags, len(out), len(err))
+        _State.outbuf += b"".join([_HDR.pack(len(body) + len(out) + len(err), _EXITED), body, out, err])
+        return
+    msg: dict[str, Any] = {"op": "exited", "id": child.req_id, "rc": child.rc, "at": child.exited_at}
+    if child.killed:
+        msg["killed"] = True
+    if failure is not None:
+        msg["fail"] = failure
+    if workdir is not None:
         msg["files"] = fetched
-        msg["removed"] = _remove_workdir(path, [t for t, _i, _x in workdir["files"]])
+        msg["removed"] = removed
     _send(msg, blobs)
 
 
@@ -1303,17 +1338,18 @@ def _finish(exc: BaseException | None, job: _Job) -> NoReturn:
     if threading is not None:
         with contextlib.suppress(BaseException):
             threading._shutdown()
-    try:
-        import atexit
-
+    with contextlib.suppress(BaseException):
         atexit._run_exitfuncs()
-    except BaseException:
-        pass
     if not _flush_std():
         code = 120
     try:
         _clear_namespace(job.namespace)
-        gc.collect()
+        if gc.get_count()[1:] == job.gc_counts:
+            # No collection ran since the fork: every object of ours is in the youngest
+            # generation (the zygote's were frozen), so collecting it is collecting all.
+            gc.collect(0)
+        else:
+            gc.collect()
     except BaseException:
         pass
     if not _flush_std():
