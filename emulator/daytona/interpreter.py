@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import fcntl
 import json
 import os
 import signal
+import tempfile
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -77,16 +79,46 @@ class Context:
         }
 
 
+_claimed_blocks: set[int] = set()
+_LOCK_DIR = os.path.join(tempfile.gettempdir(), "sandbox-emulator-locks")
+
+
+def _claim_block(base: int, count: int) -> tuple[int, int | None]:
+    """A block of uids no other emulator (in this process, or another holding the flock) uses."""
+    for k in range(64):
+        start = base + k * count
+        if start in _claimed_blocks:
+            continue
+        fd: int | None = None
+        try:
+            os.makedirs(_LOCK_DIR, exist_ok=True)
+            fd = os.open(os.path.join(_LOCK_DIR, f"interpreter-{start}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            if fd is not None:
+                os.close(fd)
+                continue  # held by another process
+        _claimed_blocks.add(start)
+        return start, fd
+    return base, None
+
+
 class UidPool:
-    """Uids for interpreter processes, one per live context."""
+    """Uids for interpreter processes, one per live context, from a block of its own."""
 
     def __init__(self, base: int | None, count: int) -> None:
-        self._base = base
-        self._free = list(range(base, base + max(count, 1)))[::-1] if base is not None else []
+        self._count = max(count, 1)
+        self._lock_fd: int | None = None
+        self._wanted = base
+        self._base: int | None = None
+        self._free: list[int] = []
 
     def take(self) -> int | None:
-        if self._base is None:
+        if self._wanted is None:
             return None
+        if self._base is None:  # claimed on first use: most emulators never start an interpreter
+            self._base, self._lock_fd = _claim_block(self._wanted, self._count)
+            self._free = list(range(self._base, self._base + self._count))[::-1]
         if not self._free:
             raise RuntimeError("no free interpreter uid")
         return self._free.pop()
