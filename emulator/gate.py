@@ -99,7 +99,7 @@ class FaultGate:
         body = await request.body()
         key = request_key(request.headers, body)
         decision = self.engine.decide(route, key)
-        entry = self.journal.begin(route, request.method, request.url.path, key, decision.attempt)
+        entry = self.journal.begin(route, request.method, request.scope["path"], key, decision.attempt)
         entry.injected_latency = decision.latency
         if decision.action is not None:
             entry.fault = decision.action.kind

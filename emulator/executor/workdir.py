@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import stat
 import sys
@@ -15,13 +14,14 @@ from .model import WorkdirSetup
 
 # tempfile's name alphabet and length (``tmp`` + 8 of these, as mkdtemp/mkstemp make them).
 _NAME_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
-_names = random.Random()
+#: os.urandom bytes -> name characters (tempfile's alphabet); cheaper than random.choices on the hot path.
+_NAME_TABLE = bytes(ord(_NAME_CHARS[i % len(_NAME_CHARS)]) for i in range(256))
 _NAME_MAX = 255
 _real_roots: dict[str, str] = {}
 
 
 def _random_name() -> str:
-    return "tmp" + "".join(_names.choices(_NAME_CHARS, k=8))
+    return "tmp" + os.urandom(8).translate(_NAME_TABLE).decode("ascii")
 
 
 def _real_root(root: str) -> str:
@@ -200,7 +200,12 @@ class DeferredWorkdir:
         """Workdir._resolve on the planned (not yet existing) dir: same checks, same errors."""
         if not rel or os.path.isabs(rel) or "\0" in rel:
             raise ValueError(f"invalid relative path: {rel!r}")
-        target = os.path.realpath(os.path.join(self._real, rel))
+        if self._workdir is None:
+            # Nothing exists inside the planned dir yet, so no symlink can redirect a path: normalising is what
+            # realpath would do, without its per-component lstat calls.
+            target = os.path.normpath(os.path.join(self._real, rel))
+        else:
+            target = os.path.realpath(os.path.join(self._real, rel))
         if target == self._real or not target.startswith(self._real + os.sep):
             raise ValueError(f"path escapes the work dir: {rel!r}")
         return target
