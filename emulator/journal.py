@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -45,12 +45,22 @@ class JournalEntry:
         return data
 
 
-class Journal:
-    """Thread-safe append-only log of requests plus live in-flight counters."""
+#: Entries kept by default: a long-running server must not grow without bound.
+DEFAULT_MAX_ENTRIES = 200_000
 
-    def __init__(self, clock: Any = None) -> None:
+
+class Journal:
+    """Thread-safe append-only log of requests plus live in-flight counters.
+
+    It keeps the newest ``max_entries`` (None: all); ``dropped`` counts older entries let go. Counters of requests in
+    flight and their maxima cover every request, dropped or not.
+    """
+
+    def __init__(self, clock: Any = None, max_entries: int | None = DEFAULT_MAX_ENTRIES) -> None:
         self._lock = threading.Lock()
-        self._entries: list[JournalEntry] = []
+        self._entries: deque[JournalEntry] = deque(maxlen=max_entries)
+        self._seq = 0
+        self.dropped = 0
         self._in_flight: Counter[str] = Counter()
         self._max_in_flight: Counter[str] = Counter()
         self._now = clock.monotonic if clock is not None else time.monotonic
@@ -61,8 +71,11 @@ class Journal:
             current = self._in_flight[route]
             if current > self._max_in_flight[route]:
                 self._max_in_flight[route] = current
+            self._seq += 1
+            if self._entries.maxlen is not None and len(self._entries) == self._entries.maxlen:
+                self.dropped += 1
             entry = JournalEntry(
-                seq=len(self._entries) + 1,
+                seq=self._seq,
                 route=route,
                 method=method,
                 path=path,
@@ -88,6 +101,8 @@ class Journal:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._seq = 0
+            self.dropped = 0
             self._max_in_flight = Counter(self._in_flight)
 
     def entries(self, route: str | None = None) -> list[JournalEntry]:
@@ -115,6 +130,7 @@ class Journal:
         routes = sorted({e.route for e in entries})
         return {
             "requests": len(entries),
+            "dropped": self.dropped,
             "in_flight": self.in_flight(),
             "max_in_flight": self.max_in_flight(),
             "by_route": {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -13,22 +14,36 @@ from .errors import FaultPlanError
 __all__ = ["DecisionLog", "dump_jsonl", "load_jsonl"]
 
 
-class DecisionLog:
-    """Append-only, thread-safe list of decision records (``Decision.to_record()`` dicts)."""
+#: Records kept by default: a long-running server must not grow without bound.
+DEFAULT_MAX_RECORDS = 200_000
 
-    def __init__(self, records: Iterable[Mapping[str, Any]] = ()) -> None:
+
+class DecisionLog:
+    """Append-only, thread-safe log of decision records (``Decision.to_record()`` dicts).
+
+    It keeps the newest ``max_records`` (None: all); ``dropped`` counts the older ones it let go, which a replay of
+    the whole run would then miss.
+    """
+
+    def __init__(
+        self, records: Iterable[Mapping[str, Any]] = (), max_records: int | None = DEFAULT_MAX_RECORDS
+    ) -> None:
         self._lock = threading.Lock()
-        self._records: list[dict[str, Any]] = [dict(r) for r in records]
+        self._records: deque[dict[str, Any]] = deque((dict(r) for r in records), maxlen=max_records)
+        self.dropped = 0
 
     def append(self, record: Mapping[str, Any]) -> None:
-        """Add one record."""
+        """Add one record (the oldest goes when the log is full)."""
         with self._lock:
+            if self._records.maxlen is not None and len(self._records) == self._records.maxlen:
+                self.dropped += 1
             self._records.append(dict(record))
 
     def clear(self) -> None:
         """Drop all records."""
         with self._lock:
             self._records.clear()
+            self.dropped = 0
 
     @property
     def records(self) -> list[dict[str, Any]]:
@@ -54,7 +69,7 @@ class DecisionLog:
     @classmethod
     def load_jsonl(cls, path: str | Path) -> DecisionLog:
         """Read a log written by ``dump_jsonl``."""
-        return cls(load_jsonl(path))
+        return cls(load_jsonl(path), max_records=None)
 
 
 def dump_jsonl(records: Iterable[Mapping[str, Any]], path: str | Path) -> Path:

@@ -119,3 +119,18 @@ def test_unexpected_exception_gets_the_real_servers_500(monkeypatch: pytest.Monk
     body = answer.json()
     assert body["detail"] == "disk on fire"
     assert any("RuntimeError: disk on fire" in line for line in body["traceback"])
+
+
+def test_journal_and_decision_log_are_bounded() -> None:
+    from emulator.faults import DecisionLog
+    from emulator.journal import Journal
+
+    journal = Journal(max_entries=3)
+    for i in range(5):
+        journal.end(journal.begin("r", "POST", "/x", key=str(i)), 200, "ok")
+    assert [e.seq for e in journal.entries()] == [3, 4, 5]
+    assert journal.dropped == 2 and journal.stats()["dropped"] == 2
+    log = DecisionLog(max_records=2)
+    for i in range(4):
+        log.append({"ordinal": i})
+    assert [r["ordinal"] for r in log.records] == [2, 3] and log.dropped == 2
