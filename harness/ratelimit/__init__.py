@@ -1,5 +1,36 @@
-"""Limiters for sandbox calls. ``local``: one process, asyncio. (Cluster-wide backends build on the same contract.)"""
+"""Limiters for sandbox calls, one contract (:class:`AsyncLimiter`) and three backends.
 
-from harness.ratelimit.local import ConcurrencyLimiter, LimiterError, Permit
+``local`` (:class:`LocalLimiter`, one process), ``ray`` (a named actor per limiter, cluster-wide) and ``redis`` (Lua
+scripts on one Redis, for trainers without Ray). :func:`open_limiter` picks one by name; ``ray`` and ``redis`` are
+imported only when asked for. :class:`ConcurrencyLimiter` is the minimal synchronous-release in-process cap.
+"""
 
-__all__ = ["ConcurrencyLimiter", "LimiterError", "Permit"]
+from harness.ratelimit.base import (
+    AdaptiveConfig,
+    AsyncLimiter,
+    LimiterConfig,
+    LimiterConfigError,
+    LimiterError,
+    LimiterStats,
+    Outcome,
+    Ticket,
+)
+from harness.ratelimit.factory import BACKENDS, open_limiter, ray_ready
+from harness.ratelimit.local import ConcurrencyLimiter, LocalLimiter, Permit
+
+__all__ = [
+    "BACKENDS",
+    "AdaptiveConfig",
+    "AsyncLimiter",
+    "ConcurrencyLimiter",
+    "LimiterConfig",
+    "LimiterConfigError",
+    "LimiterError",
+    "LimiterStats",
+    "LocalLimiter",
+    "Outcome",
+    "Permit",
+    "Ticket",
+    "open_limiter",
+    "ray_ready",
+]

@@ -1,4 +1,7 @@
-"""An in-process concurrency limiter with the guarantees verl 0.7.1's ``TokenBucketWorker`` lacked.
+"""In-process limiters: :class:`LocalLimiter` (the ``local`` backend of the limiter contract, on the same state
+machine as the Ray actor) and :class:`ConcurrencyLimiter` (a minimal synchronous-release cap).
+
+The in-process concurrency limiter with the guarantees verl 0.7.1's ``TokenBucketWorker`` lacked.
 
 * FIFO: waiters are admitted in arrival order, so no caller starves.
 * Bounded: a release needs the permit its acquire returned; releasing twice or releasing a foreign permit raises
@@ -15,10 +18,10 @@ from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from uuid import uuid4
 
-
-class LimiterError(RuntimeError):
-    """A limiter was used wrongly (double release, foreign permit, bad limit)."""
+from harness.ratelimit.base import AsyncLimiter, LimiterConfig, LimiterError, LimiterStats, Outcome, Ticket
+from harness.ratelimit.core import CoreDriver, LimiterCore
 
 
 @dataclass(frozen=True)
@@ -91,3 +94,43 @@ class ConcurrencyLimiter:
             yield permit
         finally:
             self.release(permit)
+
+
+class LocalLimiter(AsyncLimiter):
+    """The ``local`` backend: one process, one event loop; FIFO, bounded, cancel-safe, optional rate and AIMD.
+
+    No leases (a holder cannot die apart from the limiter). Not shared between processes: each process (each
+    rollout worker) gets its own cap, which is the documented fallback when no cluster backend is available.
+    """
+
+    backend = "local"
+
+    def __init__(self, config: LimiterConfig) -> None:
+        super().__init__(config)
+        self._core = LimiterCore(config, leases=False, backend="local")
+        self._driver = CoreDriver(self._core)
+        self._holder = uuid4().hex
+
+    async def acquire(self) -> Ticket:
+        rid = uuid4().hex
+        result = await self._driver.acquire(rid, self._holder)
+        if result != "granted":  # pragma: no cover - only another caller's withdraw can do this
+            raise LimiterError(f"acquire of {rid} was withdrawn")
+        return Ticket(self.name, rid, self._holder)
+
+    async def release(self, ticket: Ticket) -> None:
+        if ticket.limiter != self.name or ticket.holder != self._holder:
+            raise LimiterError(f"release of a ticket this limiter does not hold: {ticket}")
+        self._driver.release(ticket.request_id)
+
+    async def _report(self, outcome: Outcome) -> None:
+        self._driver.report(outcome)
+
+    async def stats(self) -> LimiterStats:
+        return self._core.stats()
+
+    def journal(self) -> list[tuple[float, str, str, int]]:
+        return self._driver.journal()
+
+    async def aclose(self) -> None:
+        self._driver.close()

@@ -1,0 +1,198 @@
+"""The ``ray`` backend: one named async actor per limiter name, shared by every process of a Ray cluster.
+
+The actor (``ratelimit:<name>`` in the caller's namespace, or ``namespace``; detached by default so it does not die
+with the worker that happened to create it) runs :class:`~harness.ratelimit.core.LimiterCore`. Each
+:class:`RayLimiter` is one holder: ``acquire`` sends a fresh request id and waits on the actor; if the caller is
+cancelled (or the call fails) it fires ``withdraw(request id)``, which dequeues the request or returns its grant,
+whichever happened, exactly once. While it holds tickets the client heartbeats every ``lease_s / 3``; the actor
+reclaims the tickets of a holder whose lease ran out (a killed worker). ``configure`` compares the caller's config
+with the actor's, so a second user with a different ``limit`` gets :class:`LimiterConfigError`, not a silent
+first-creator-wins as verl 0.7.1's ``TokenBucketWorker``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+from uuid import uuid4
+
+import ray
+
+from harness.ratelimit.base import (
+    AsyncLimiter,
+    LimiterConfig,
+    LimiterConfigError,
+    LimiterError,
+    LimiterStats,
+    Outcome,
+    Ticket,
+)
+from harness.ratelimit.core import CoreDriver, LimiterCore, stats_dict
+
+log = logging.getLogger(__name__)
+
+ACTOR_PREFIX = "ratelimit:"
+#: Concurrent calls one actor accepts (every waiting acquire occupies one).
+MAX_CONCURRENCY = 10_000
+
+
+class LimiterActor:
+    """The actor body (wrapped with ``ray.remote`` below); errors come back as values, raised by the client."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = LimiterConfig.from_mapping(config)
+        self.core = LimiterCore(self.config, leases=True, backend="ray")
+        self.driver = CoreDriver(self.core)
+
+    async def configure(self, config: dict[str, Any]) -> list[str]:
+        return self.config.differences(LimiterConfig.from_mapping(config))
+
+    async def acquire(self, rid: str, holder: str) -> str:
+        return await self.driver.acquire(rid, holder)
+
+    async def release(self, rid: str) -> str:
+        try:
+            return self.driver.release(rid)
+        except LimiterError as exc:
+            return f"error: {exc}"
+
+    async def withdraw(self, rid: str) -> str:
+        return self.driver.withdraw(rid)
+
+    async def heartbeat(self, holder: str) -> int:
+        return self.driver.heartbeat(holder)
+
+    async def report(self, outcome: str) -> None:
+        self.driver.report(outcome)
+
+    async def stats(self) -> dict[str, Any]:
+        return stats_dict(self.core)
+
+    async def journal(self) -> list[tuple[float, str, str, int]]:
+        return self.driver.journal()
+
+    async def ping(self) -> str:
+        return self.config.name
+
+
+_remote: Any = ray.remote  # its stubs lack max_concurrency
+RemoteLimiterActor: Any = _remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY, max_restarts=0)(LimiterActor)
+
+
+def actor_name(name: str) -> str:
+    return ACTOR_PREFIX + name
+
+
+def get_actor(config: LimiterConfig, *, namespace: str | None = None, detached: bool = True) -> Any:
+    """The named actor for ``config.name``, created on first use (no config check: see :meth:`RayLimiter.open`)."""
+    if not ray.is_initialized():
+        raise LimiterConfigError("the ray limiter backend needs ray.init() first (or use backend: local | redis)")
+    options: dict[str, Any] = {"name": actor_name(config.name), "get_if_exists": True}
+    if namespace is not None:
+        options["namespace"] = namespace
+    if detached:
+        options["lifetime"] = "detached"
+    return RemoteLimiterActor.options(**options).remote(config.to_dict())
+
+
+class RayLimiter(AsyncLimiter):
+    """A client of the named limiter actor; one holder (heartbeats cover all its tickets)."""
+
+    backend = "ray"
+
+    def __init__(self, config: LimiterConfig, *, namespace: str | None = None, detached: bool = True) -> None:
+        super().__init__(config)
+        self.namespace = namespace
+        self.detached = detached
+        self.holder = uuid4().hex
+        self._actor: Any = None
+        self._checked = False
+        self._held: dict[str, Ticket] = {}
+        self._heartbeat: asyncio.Task[None] | None = None
+
+    @property
+    def actor(self) -> Any:
+        if self._actor is None:
+            self._actor = get_actor(self.config, namespace=self.namespace, detached=self.detached)
+        return self._actor
+
+    async def open(self) -> RayLimiter:
+        """Attach to (or create) the named actor and check that its config is ours."""
+        if not self._checked:
+            differences = await self.actor.configure.remote(self.config.to_dict())
+            if differences:
+                raise LimiterConfigError(
+                    f"limiter {self.name!r} already exists with a different config: " + "; ".join(differences)
+                )
+            self._checked = True
+        return self
+
+    async def acquire(self) -> Ticket:
+        await self.open()
+        rid = uuid4().hex
+        actor = self.actor
+        ref = actor.acquire.remote(rid, self.holder)
+        try:
+            result = await ref
+        except BaseException:
+            # Cancelled or failed: the actor dequeues the request or takes its grant back, exactly once.
+            try:
+                actor.withdraw.remote(rid)
+            except Exception:  # pragma: no cover - the actor is gone: nothing to give back
+                log.debug("withdraw of %s failed", rid, exc_info=True)
+            raise
+        if result != "granted":
+            raise LimiterError(f"acquire of {rid} on {self.name!r} ended as {result!r}")
+        ticket = Ticket(self.name, rid, self.holder)
+        self._held[rid] = ticket
+        self._ensure_heartbeat()
+        return ticket
+
+    async def release(self, ticket: Ticket) -> None:
+        if self._held.pop(ticket.request_id, None) is None:
+            raise LimiterError(f"release of a ticket this client does not hold (double release?): {ticket}")
+        result = await self.actor.release.remote(ticket.request_id)
+        if result == "expired":
+            log.warning("limiter %r: ticket %s was reclaimed before its release (lease expired)", self.name, ticket)
+        elif result != "released":
+            raise LimiterError(result)
+
+    async def _report(self, outcome: Outcome) -> None:
+        await self.actor.report.remote(outcome)
+
+    async def stats(self) -> LimiterStats:
+        return LimiterStats.from_dict(await self.actor.stats.remote())
+
+    async def journal(self) -> list[tuple[float, str, str, int]]:
+        return list(await self.actor.journal.remote())
+
+    def _ensure_heartbeat(self) -> None:
+        if self._heartbeat is None or self._heartbeat.done():
+            self._heartbeat = asyncio.get_running_loop().create_task(self._beat())
+
+    async def _beat(self) -> None:
+        interval = self.config.lease_s / 3
+        while self._held:
+            await asyncio.sleep(interval)
+            if not self._held:
+                break
+            try:
+                await self.actor.heartbeat.remote(self.holder)
+            except Exception:  # pragma: no cover - keep beating; the lease decides
+                log.warning("limiter %r: heartbeat failed", self.name, exc_info=True)
+
+    async def aclose(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            self._heartbeat = None
+
+
+def kill(name: str, namespace: str | None = None) -> bool:
+    """Kill the named limiter actor (tests, or a config change between jobs); ``False`` if there was none."""
+    try:
+        handle = ray.get_actor(actor_name(name), namespace=namespace)
+    except ValueError:
+        return False
+    ray.kill(handle, no_restart=True)
+    return True

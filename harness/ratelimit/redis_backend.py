@@ -1,0 +1,417 @@
+"""The ``redis`` backend: the limiter's rules (see :mod:`harness.ratelimit.core`) as one Lua script on one Redis,
+for trainers without Ray (TRL, several clusters sharing one sandbox service).
+
+Keys (hash-tagged ``ratelimit:{<name>}:*``, so a Redis Cluster keeps them on one slot): ``cfg`` (the config, JSON,
+set once and compared by every client), ``queue`` (a sorted set of request ids by ticket number: FIFO), ``qexp``
+(each waiter's liveness deadline, refreshed by its polls), ``held`` (request id -> lease deadline), ``owner``
+(request id -> holder), ``tombs``/``tomborder`` (how each finished request ended, bounded), ``state`` (ticket
+counter, token bucket, adaptive cap, counters). Every operation first reclaims expired leases, drops dead waiters
+and grants from the head of the queue, so no background process is needed. Time is the Redis server's clock.
+
+Waiters poll (2 ms doubling to 50 ms); a release by a client wakes that client's own waiters at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+from uuid import uuid4
+
+from harness.ratelimit.base import (
+    AsyncLimiter,
+    LimiterConfig,
+    LimiterConfigError,
+    LimiterError,
+    LimiterStats,
+    Outcome,
+    Ticket,
+)
+
+log = logging.getLogger(__name__)
+
+KEY_NAMES = ("cfg", "queue", "qexp", "held", "owner", "tombs", "tomborder", "state")
+TOMBSTONES = 100_000
+
+LUA = r"""
+local cfg_key, queue, qexp, held = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local owner, tombs, tomborder, state = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local op = ARGV[1]
+local now
+if ARGV[2] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+else
+  now = tonumber(ARGV[2])
+end
+
+if op == 'open' then
+  redis.call('SET', cfg_key, ARGV[3], 'NX')
+  local stored = redis.call('GET', cfg_key)
+  local c = cjson.decode(stored)
+  redis.call('HSETNX', state, 'cap', c.limit)
+  return stored
+end
+
+local raw = redis.call('GET', cfg_key)
+if not raw then return 'error: limiter is not configured (open it first)' end
+local c = cjson.decode(raw)
+local lease = c.lease_s * 1000
+local rate = nil
+if c.rate_per_second ~= cjson.null then rate = c.rate_per_second / 1000.0 end
+local bucket = 0
+if rate then
+  if c.burst ~= cjson.null then bucket = c.burst else bucket = math.max(1, math.ceil(c.rate_per_second)) end
+end
+
+local function tomb(rid, why)
+  redis.call('HSET', tombs, rid, why)
+  redis.call('ZADD', tomborder, now, rid)
+  local n = redis.call('ZCARD', tomborder)
+  if n > TOMBSTONES then
+    local old = redis.call('ZRANGE', tomborder, 0, n - TOMBSTONES - 1)
+    for _, r in ipairs(old) do redis.call('HDEL', tombs, r) end
+    redis.call('ZREMRANGEBYRANK', tomborder, 0, n - TOMBSTONES - 1)
+  end
+end
+
+local function drop_held(rid, why)
+  redis.call('ZREM', held, rid)
+  redis.call('HDEL', owner, rid)
+  tomb(rid, why)
+end
+
+local function drop_queued(rid, why)
+  redis.call('ZREM', queue, rid)
+  redis.call('ZREM', qexp, rid)
+  redis.call('HDEL', owner, rid)
+  tomb(rid, why)
+end
+
+local function pump()
+  for _, rid in ipairs(redis.call('ZRANGEBYSCORE', held, '-inf', now)) do
+    drop_held(rid, 'reclaimed')
+    redis.call('HINCRBY', state, 'reclaimed', 1)
+  end
+  for _, rid in ipairs(redis.call('ZRANGEBYSCORE', qexp, '-inf', now)) do
+    drop_queued(rid, 'abandoned')
+    redis.call('HINCRBY', state, 'abandoned', 1)
+  end
+  local tokens = 0
+  if rate then
+    local t = redis.call('HMGET', state, 'tokens', 'token_time')
+    if t[1] then tokens = tonumber(t[1]) else tokens = bucket end
+    if t[2] then tokens = math.min(bucket, tokens + (now - tonumber(t[2])) * rate) end
+  end
+  local cap = tonumber(redis.call('HGET', state, 'cap') or c.limit)
+  local n = redis.call('ZCARD', held)
+  while n < cap and ((not rate) or tokens >= 1) do
+    local head = redis.call('ZRANGE', queue, 0, 0)
+    if #head == 0 then break end
+    local rid = head[1]
+    redis.call('ZREM', queue, rid)
+    redis.call('ZREM', qexp, rid)
+    redis.call('ZADD', held, now + lease, rid)
+    if rate then tokens = tokens - 1 end
+    n = n + 1
+    redis.call('HINCRBY', state, 'acquires', 1)
+    local m = tonumber(redis.call('HGET', state, 'max_held') or '0')
+    if n > m then redis.call('HSET', state, 'max_held', n) end
+  end
+  if rate then redis.call('HSET', state, 'tokens', tostring(tokens), 'token_time', now) end
+end
+
+local function status(rid)
+  if redis.call('ZSCORE', held, rid) then return 'held' end
+  if redis.call('ZSCORE', queue, rid) then return 'waiting' end
+  return redis.call('HGET', tombs, rid) or 'unknown'
+end
+
+if op == 'enqueue' then
+  local rid, holder = ARGV[3], ARGV[4]
+  local t = redis.call('HGET', tombs, rid)
+  if t then return t end
+  if redis.call('ZSCORE', held, rid) or redis.call('ZSCORE', queue, rid) then
+    return 'error: request id already queued or held'
+  end
+  local seq = redis.call('HINCRBY', state, 'seq', 1)
+  redis.call('ZADD', queue, seq, rid)
+  redis.call('ZADD', qexp, now + lease, rid)
+  redis.call('HSET', owner, rid, holder)
+  pump()
+  return status(rid)
+elseif op == 'poll' then
+  local rid = ARGV[3]
+  redis.call('ZADD', qexp, 'XX', now + lease, rid)
+  pump()
+  return status(rid)
+elseif op == 'release' then
+  local rid = ARGV[3]
+  pump()
+  if redis.call('ZSCORE', held, rid) then
+    drop_held(rid, 'released')
+    redis.call('HINCRBY', state, 'releases', 1)
+    pump()
+    return 'released'
+  end
+  local t = redis.call('HGET', tombs, rid)
+  if t == 'reclaimed' then
+    redis.call('HSET', tombs, rid, 'late')
+    redis.call('HINCRBY', state, 'late_releases', 1)
+    return 'expired'
+  end
+  if not t then return 'error: release of request ' .. rid .. ', which this limiter never granted' end
+  return 'error: request ' .. rid .. ' released twice (it was ' .. t .. ')'
+elseif op == 'withdraw' then
+  local rid = ARGV[3]
+  local result = 'none'
+  if redis.call('ZSCORE', queue, rid) then
+    drop_queued(rid, 'withdrawn')
+    result = 'dequeued'
+  elseif redis.call('ZSCORE', held, rid) then
+    drop_held(rid, 'withdrawn')
+    redis.call('HINCRBY', state, 'withdrawn', 1)
+    result = 'returned'
+  elseif not redis.call('HGET', tombs, rid) then
+    tomb(rid, 'withdrawn')
+  end
+  pump()
+  return result
+elseif op == 'heartbeat' then
+  local holder = ARGV[3]
+  local count = 0
+  for i = 4, #ARGV do
+    local rid = ARGV[i]
+    if redis.call('HGET', owner, rid) == holder then
+      if redis.call('ZADD', held, 'XX', 'CH', now + lease, rid) == 1 then count = count + 1 end
+      redis.call('ZADD', qexp, 'XX', now + lease, rid)
+    end
+  end
+  pump()
+  return tostring(count)
+elseif op == 'report' then
+  local outcome = ARGV[3]
+  if outcome == 'throttled' then redis.call('HINCRBY', state, 'throttled', 1) end
+  local a = c.adaptive
+  if a ~= cjson.null and a ~= nil then
+    local cap = tonumber(redis.call('HGET', state, 'cap') or c.limit)
+    if outcome == 'throttled' then
+      redis.call('HSET', state, 'ok_streak', 0)
+      local last = tonumber(redis.call('HGET', state, 'last_decrease') or '-1e300')
+      if now - last >= a.cooldown_s * 1000 then
+        redis.call('HSET', state, 'last_decrease', now)
+        redis.call('HSET', state, 'cap', math.max(a.min_limit, math.floor(cap * a.decrease_factor)))
+      end
+    elseif outcome == 'ok' then
+      local streak = redis.call('HINCRBY', state, 'ok_streak', 1)
+      local every = cap
+      if a.increase_every ~= cjson.null then every = a.increase_every end
+      if streak >= every and cap < c.limit then
+        redis.call('HSET', state, 'ok_streak', 0)
+        redis.call('HSET', state, 'cap', math.min(c.limit, cap + a.increase_step))
+      end
+    end
+  end
+  pump()
+  return 'ok'
+elseif op == 'stats' then
+  pump()
+  local s = redis.call('HGETALL', state)
+  local out = {}
+  for i = 1, #s, 2 do out[s[i]] = s[i + 1] end
+  out['held'] = redis.call('ZCARD', held)
+  out['waiting'] = redis.call('ZCARD', queue)
+  out['now'] = now
+  return cjson.encode(out)
+elseif op == 'status' then
+  pump()
+  return status(ARGV[3])
+end
+return 'error: unknown op ' .. op
+""".replace("TOMBSTONES", str(TOMBSTONES))
+
+
+def limiter_keys(name: str) -> list[str]:
+    return [f"ratelimit:{{{name}}}:{key}" for key in KEY_NAMES]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def config_json(config: LimiterConfig) -> str:
+    return json.dumps(config.to_dict(), sort_keys=True)
+
+
+def check_stored(config: LimiterConfig, stored: str) -> None:
+    existing = LimiterConfig.from_mapping(json.loads(stored))
+    differences = existing.differences(config)
+    if differences:
+        raise LimiterConfigError(
+            f"limiter {config.name!r} already exists with a different config: " + "; ".join(differences)
+        )
+
+
+def parse_stats(config: LimiterConfig, raw: str) -> LimiterStats:
+    data = json.loads(raw)
+
+    def num(key: str) -> int:
+        return int(float(data.get(key, 0) or 0))
+
+    return LimiterStats(
+        name=config.name,
+        backend="redis",
+        limit=config.limit,
+        cap=num("cap") or config.limit,
+        held=num("held"),
+        waiting=num("waiting"),
+        max_held=num("max_held"),
+        acquires=num("acquires"),
+        releases=num("releases"),
+        withdrawn=num("withdrawn"),
+        reclaimed=num("reclaimed"),
+        late_releases=num("late_releases"),
+        throttled=num("throttled"),
+        extra={"abandoned": num("abandoned")},
+    )
+
+
+class RedisLimiter(AsyncLimiter):
+    """A client of the named limiter stored in Redis; one holder (its heartbeats cover all its tickets)."""
+
+    backend = "redis"
+
+    def __init__(
+        self,
+        config: LimiterConfig,
+        *,
+        url: str | None = None,
+        client: Any = None,
+        clock: Callable[[], float] | None = None,
+        poll_min_s: float = 0.002,
+        poll_max_s: float = 0.05,
+    ) -> None:
+        super().__init__(config)
+        if client is None:
+            if not url:
+                raise LimiterConfigError("the redis limiter backend needs redis_url or a client")
+            import redis.asyncio
+
+            client = redis.asyncio.Redis.from_url(url)
+            self._owns_client = True
+        else:
+            self._owns_client = False
+        self.client = client
+        self.clock = clock
+        self.poll_min_s = poll_min_s
+        self.poll_max_s = poll_max_s
+        self.keys = limiter_keys(config.name)
+        self.holder = uuid4().hex
+        self._script = client.register_script(LUA)
+        self._checked = False
+        self._held: dict[str, Ticket] = {}
+        self._waiting: set[str] = set()
+        self._wake = asyncio.Event()
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+
+    async def _call(self, op: str, *args: str) -> str:
+        now = "" if self.clock is None else str(int(self.clock() * 1000))
+        return _text(await self._script(keys=self.keys, args=[op, now, *args]))
+
+    async def open(self) -> RedisLimiter:
+        if not self._checked:
+            check_stored(self.config, await self._call("open", config_json(self.config)))
+            self._checked = True
+        return self
+
+    async def acquire(self) -> Ticket:
+        await self.open()
+        rid = uuid4().hex
+        self._waiting.add(rid)
+        self._ensure_heartbeat()
+        try:
+            state = await self._call("enqueue", rid, self.holder)
+            delay = self.poll_min_s
+            while state == "waiting":
+                wake = self._wake
+                try:
+                    await asyncio.wait_for(wake.wait(), delay)
+                    delay = self.poll_min_s
+                except asyncio.TimeoutError:
+                    delay = min(2 * delay, self.poll_max_s)
+                state = await self._call("poll", rid)
+        except BaseException:
+            # Cancelled or failed: dequeue the request or hand its grant back, exactly once, even if cancelled again.
+            task = asyncio.get_running_loop().create_task(self._call("withdraw", rid))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+            raise
+        finally:
+            self._waiting.discard(rid)
+        if state != "held":
+            raise LimiterError(f"acquire of {rid} on {self.name!r} ended as {state!r}")
+        ticket = Ticket(self.name, rid, self.holder)
+        self._held[rid] = ticket
+        return ticket
+
+    async def release(self, ticket: Ticket) -> None:
+        if self._held.pop(ticket.request_id, None) is None:
+            raise LimiterError(f"release of a ticket this client does not hold (double release?): {ticket}")
+        result = await self._call("release", ticket.request_id)
+        self._wake.set()
+        self._wake = asyncio.Event()
+        if result == "expired":
+            log.warning("limiter %r: ticket %s was reclaimed before its release (lease expired)", self.name, ticket)
+        elif result != "released":
+            raise LimiterError(result)
+
+    async def _report(self, outcome: Outcome) -> None:
+        await self._call("report", outcome)
+
+    async def stats(self) -> LimiterStats:
+        await self.open()
+        return parse_stats(self.config, await self._call("stats"))
+
+    def _ensure_heartbeat(self) -> None:
+        if self._heartbeat is None or self._heartbeat.done():
+            self._heartbeat = asyncio.get_running_loop().create_task(self._beat())
+
+    async def _beat(self) -> None:
+        interval = self.config.lease_s / 3
+        while self._held or self._waiting:
+            await asyncio.sleep(interval)
+            rids = [*self._held, *self._waiting]
+            if not rids:
+                break
+            try:
+                await self._call("heartbeat", self.holder, *rids)
+            except Exception:  # pragma: no cover - keep beating; the lease decides
+                log.warning("limiter %r: heartbeat failed", self.name, exc_info=True)
+
+    async def aclose(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            self._heartbeat = None
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        if self._owns_client:
+            await self.client.aclose()
+
+
+class RedisCoreSync:
+    """The Lua operations with a synchronous client and an explicit clock (property tests, debugging)."""
+
+    def __init__(self, config: LimiterConfig, client: Any) -> None:
+        self.config = config
+        self.keys = limiter_keys(config.name)
+        self._script = client.register_script(LUA)
+        check_stored(config, self.call("open", 0.0, config_json(config)))
+
+    def call(self, op: str, now: float, *args: str) -> str:
+        return _text(self._script(keys=self.keys, args=[op, str(int(now * 1000)), *args]))
+
+    def stats(self, now: float) -> LimiterStats:
+        return parse_stats(self.config, self.call("stats", now))
