@@ -1,0 +1,343 @@
+"""``DaytonaTool``: verl tool calls run in Daytona sandboxes through the real async SDK and its stateful interpreter.
+
+Reads verl-recipe's ``CustomDaytonaSandboxTool`` keys (``rate_limit``, ``enable_global_rate_limit``,
+``create_timeout``, ``default_timeout``, ``delete_timeout``, ``auto_stop_interval``, ``auto_delete_interval``,
+``name_prefix``, ``language``, ``snapshot``, ``labels``, ``env_vars``, ``api_key``, ``jwt_token``, ``api_url``,
+``target``, ``organization_id``). Two sandbox scopes (``sandbox_scope``):
+
+* ``call`` (the recipe's behaviour under verl's agent loop): a sandbox per tool call, deleted on ``release``.
+* ``trajectory``: one sandbox per trajectory (the agent loop's ``request_id``), reused across its turns so the
+  interpreter keeps its variables; deleted when the trajectory's ``AgentData`` is gone (finished, failed or
+  cancelled) or on :meth:`DaytonaTool.aclose`.
+
+No sandbox leaks: creation interrupted by a cancellation deletes what it made (found by its ``instance_id``
+label), failed deletes are retried, and every sandbox carries ``auto_delete_interval`` as the last backstop.
+Infrastructure faults (429, 5xx, connection errors) are retried with jittered backoff honouring Daytona's
+``Retry-After-<throttler>`` headers; after the budget the model sees :data:`INFRA_FAULT_OBSERVATION`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import re
+import weakref
+from dataclasses import dataclass
+from typing import Any
+from uuid import uuid4
+
+from verl.tools.base_tool import BaseTool
+from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+
+from harness.ratelimit import ConcurrencyLimiter
+from harness.tools.retry import RetryPolicy, retry_after_seconds
+from harness.tools.sandbox_fusion import DEFAULT_SCHEMA, INFRA_FAULT_OBSERVATION
+
+#: What the model sees when its program ran past the timeout (the interpreter context is then reset).
+TIMEOUT_OBSERVATION = "Execution timed out after {timeout:g} seconds."
+
+_CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
+
+
+def normalize_code(code: str) -> str:
+    """ReTool's convention: take the ```python block if any, and print the last line's value unless it prints."""
+    match = _CODE_BLOCK.search(code)
+    if match:
+        code = match.group(1)
+    lines = code.rstrip().split("\n")
+    last = lines[-1] if lines else ""
+    if last and not last.startswith((" ", "\t", "print")) and not last.rstrip().endswith(":"):
+        lines[-1] = f"print({last})"
+    return "\n".join(lines)
+
+
+class _Infra(Exception):
+    def __init__(self, reason: str, retry_after: float | None = None, retryable: bool = True) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+        self.retryable = retryable
+
+
+@dataclass
+class _Slot:
+    """A sandbox held for a tool instance or a trajectory (``sandbox`` is None if it could not be made)."""
+
+    sandbox: Any
+    fault: str | None = None
+
+
+class DaytonaTool(BaseTool):
+    """Runs code in Daytona sandboxes with the stateful interpreter; see the module docstring."""
+
+    def __init__(self, config: dict[str, Any], tool_schema: OpenAIFunctionToolSchema | None = None) -> None:
+        schema = tool_schema or OpenAIFunctionToolSchema.model_validate(DEFAULT_SCHEMA)
+        super().__init__(config, schema)
+        self.api_key = config.get("api_key") or os.environ.get("DAYTONA_API_KEY")
+        self.jwt_token = config.get("jwt_token") or os.environ.get("DAYTONA_JWT_TOKEN")
+        if not self.api_key and not self.jwt_token:
+            raise ValueError("Daytona credentials missing: set api_key or jwt_token, or DAYTONA_API_KEY")
+        self.api_url = config.get("api_url") or os.environ.get("DAYTONA_API_URL")
+        self.target = config.get("target")
+        self.organization_id = config.get("organization_id")
+        self.rate_limit = _positive_int(config, "rate_limit", 32)
+        self.enable_global_rate_limit = bool(config.get("enable_global_rate_limit", True))
+        self.create_timeout = float(config.get("create_timeout", 60))
+        self.default_timeout = float(config.get("default_timeout", 30))
+        self.delete_timeout = float(config.get("delete_timeout", 60))
+        self.auto_stop_interval = int(config.get("auto_stop_interval", 15))
+        self.auto_delete_interval = int(config.get("auto_delete_interval", 30))
+        self.name_prefix = str(config.get("name_prefix", "verl-daytona"))
+        self.language = str(config.get("language", "python"))
+        if self.language != "python":
+            raise ValueError(
+                f"DaytonaTool runs python only (the interpreter is Python), got language={self.language!r}"
+            )
+        self.snapshot = config.get("snapshot")
+        self.labels = {str(k): str(v) for k, v in (config.get("labels") or {}).items()}
+        self.env_vars = {str(k): str(v) for k, v in (config.get("env_vars") or {}).items()}
+        self.scope = str(config.get("sandbox_scope", "call"))
+        if self.scope not in ("call", "trajectory"):
+            raise ValueError(f"sandbox_scope must be 'call' or 'trajectory', got {self.scope!r}")
+        self.normalize = bool(config.get("normalize_code", False))
+        self.retry = RetryPolicy.from_config(config)
+        self._rng = random.Random()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: Any = None
+        self._limiter: ConcurrencyLimiter | None = None
+        self._calls: dict[str, _Slot] = {}  # instance id -> sandbox (call scope)
+        self._trajectories: dict[str, _Slot] = {}  # request id -> sandbox (trajectory scope)
+        self._creating: dict[str, asyncio.Future[_Slot]] = {}
+        self._background: set[asyncio.Task[None]] = set()
+        #: Sandbox ids whose deletion failed even after retries (auto-delete will remove them).
+        self.undeleted: list[str] = []
+
+    # ------------------------------------------------------------------ client
+
+    def _bind_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._loop is loop:
+            return
+        from daytona import AsyncDaytona, DaytonaConfig
+
+        kwargs: dict[str, Any] = {"api_key": self.api_key, "jwt_token": self.jwt_token, "api_url": self.api_url}
+        kwargs.update({"target": self.target, "organization_id": self.organization_id})
+        self._client = AsyncDaytona(DaytonaConfig(**{k: v for k, v in kwargs.items() if v}))
+        self._loop = loop
+        self._limiter = ConcurrencyLimiter(self.rate_limit) if self.enable_global_rate_limit else None
+
+    async def _limited(self, make: Any) -> Any:
+        """Run one SDK call under the in-flight cap, mapping service failures to :class:`_Infra`."""
+        from daytona import DaytonaError, DaytonaTimeoutError
+
+        limiter = self._limiter
+        permit = await limiter.acquire() if limiter is not None else None
+        try:
+            return await make()
+        except DaytonaTimeoutError:
+            raise
+        except DaytonaError as exc:
+            status = getattr(exc, "status_code", None)
+            headers = {str(k): str(v) for k, v in (getattr(exc, "headers", None) or {}).items()}
+            retryable = status is None or status in self.retry.retry_statuses
+            reason = f"HTTP {status}" if status is not None else type(exc).__name__
+            raise _Infra(reason, retry_after_seconds(headers), retryable) from None
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise _Infra(f"{type(exc).__name__}: {exc}"[:200]) from None
+        finally:
+            if limiter is not None and permit is not None:
+                limiter.release(permit)
+
+    async def _with_retries(self, make: Any) -> Any:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._limited(make)
+            except _Infra as exc:
+                if not exc.retryable or attempt >= self.retry.max_attempts:
+                    raise
+                delay = self.retry.backoff(attempt, self._rng)
+                if exc.retry_after is not None:
+                    if exc.retry_after > self.retry.max_retry_after:
+                        raise
+                    delay = max(delay, exc.retry_after)
+                await asyncio.sleep(delay)
+
+    # ------------------------------------------------------------------ sandboxes
+
+    async def _create_sandbox(self, owner: str) -> _Slot:
+        from daytona import CreateSandboxFromSnapshotParams
+
+        labels = {**self.labels, "framework": "verl", "backend": "daytona", "tool": self.name, "instance_id": owner}
+        params = CreateSandboxFromSnapshotParams(
+            name=f"{self.name_prefix}-{owner[:8]}-{uuid4().hex[:6]}",
+            language="python",
+            snapshot=self.snapshot,
+            env_vars=self.env_vars or None,
+            labels=labels,
+            auto_stop_interval=self.auto_stop_interval,
+            auto_delete_interval=self.auto_delete_interval,
+        )
+        try:
+            sandbox = await self._with_retries(lambda: self._client.create(params, timeout=self.create_timeout))
+        except _Infra as exc:
+            await self._sweep(owner)  # an attempt may have created one before failing
+            return _Slot(None, exc.reason)
+        except asyncio.CancelledError:
+            self._spawn(self._sweep(owner))
+            raise
+        return _Slot(sandbox)
+
+    async def _sweep(self, owner: str) -> None:
+        """Delete sandboxes labelled with ``owner`` that we hold no handle to (interrupted or failed creates)."""
+        from daytona import ListSandboxesQuery
+
+        found: list[Any] = []
+        try:
+            async for sandbox in self._client.list(ListSandboxesQuery(labels={"instance_id": owner})):
+                found.append(sandbox)
+        except Exception:  # best effort; auto-delete is the backstop
+            return
+        for sandbox in found:
+            await self._delete(sandbox)
+
+    async def _delete(self, sandbox: Any) -> None:
+        try:
+            await self._with_retries(lambda: sandbox.delete(timeout=self.delete_timeout))
+        except Exception:
+            self.undeleted.append(str(getattr(sandbox, "id", "?")))
+
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _trajectory_slot(self, request_id: str, agent_data: Any) -> _Slot:
+        slot = self._trajectories.get(request_id)
+        if slot is not None:
+            return slot
+        pending = self._creating.get(request_id)
+        if pending is None:
+            pending = asyncio.get_running_loop().create_future()
+            self._creating[request_id] = pending
+            try:
+                slot = await self._create_sandbox(request_id)
+            except BaseException as exc:
+                self._creating.pop(request_id, None)
+                pending.set_exception(exc)
+                pending.exception()  # mark retrieved
+                raise
+            self._trajectories[request_id] = slot
+            self._creating.pop(request_id, None)
+            pending.set_result(slot)
+            if agent_data is not None:
+                loop = asyncio.get_running_loop()
+                # verl's AgentData supports weak references; an object that does not leaves the sandbox to
+                # aclose() and auto-delete.
+                with contextlib.suppress(TypeError):
+                    weakref.finalize(agent_data, self._trajectory_ended, loop, request_id)
+            return slot
+        return await asyncio.shield(pending)
+
+    def _trajectory_ended(self, loop: asyncio.AbstractEventLoop, request_id: str) -> None:
+        """Called when the trajectory's AgentData is garbage: schedule its sandbox's deletion on our loop."""
+        if loop.is_closed():
+            return
+
+        def schedule() -> None:
+            slot = self._trajectories.pop(request_id, None)
+            if slot is not None and slot.sandbox is not None:
+                self._spawn(self._delete(slot.sandbox))
+
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(schedule)
+
+    # ------------------------------------------------------------------ BaseTool
+
+    async def create(self, instance_id: str | None = None, **kwargs: Any) -> tuple[str, ToolResponse]:
+        instance_id = instance_id or str(uuid4())
+        if self.scope == "call":
+            self._bind_loop()
+            self._calls[instance_id] = await self._create_sandbox(instance_id)
+        return instance_id, ToolResponse()
+
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict[str, Any]]:
+        from daytona import DaytonaTimeoutError
+
+        self._bind_loop()
+        code = parameters.get("code", "")
+        code = code if isinstance(code, str) else str(code)
+        if self.normalize:
+            code = normalize_code(code)
+        try:
+            timeout = float(parameters.get("timeout", self.default_timeout))
+        except (TypeError, ValueError):
+            timeout = self.default_timeout
+        envs = parameters.get("envs") if isinstance(parameters.get("envs"), dict) else None
+        if self.scope == "trajectory":
+            agent_data = kwargs.get("agent_data")
+            request_id = str(getattr(agent_data, "request_id", None) or instance_id)
+            slot = await self._trajectory_slot(request_id, agent_data)
+        else:
+            slot = self._calls.get(instance_id) or _Slot(None, "no sandbox for this instance (create was not called)")
+        if slot.sandbox is None:
+            return _infra(slot.fault or "sandbox unavailable", 0)
+        sandbox = slot.sandbox
+        metrics: dict[str, Any] = {"sandbox_id": sandbox.id, "infra_fault": None}
+        try:
+            result = await self._with_retries(
+                lambda: sandbox.code_interpreter.run_code(code, timeout=max(1, round(timeout)), envs=envs)
+            )
+        except DaytonaTimeoutError:
+            metrics.update(status="timeout", had_error=False)
+            return ToolResponse(text=TIMEOUT_OBSERVATION.format(timeout=timeout)), 0.0, metrics
+        except _Infra as exc:
+            return _infra(exc.reason, 1, sandbox.id)
+        text = (result.stdout or "") + (result.stderr or "")
+        error = result.error
+        if error is not None:
+            text += f"\n{error.name}: {error.value}\n{error.traceback or ''}"
+        metrics.update(
+            status="runtime_error" if error is not None else "success",
+            stdout_chars=len(result.stdout or ""),
+            stderr_chars=len(result.stderr or ""),
+            had_error=error is not None,
+            error_name=error.name if error is not None else None,
+        )
+        return ToolResponse(text=text), 0.0, metrics
+
+    async def release(self, instance_id: str, **kwargs: Any) -> None:
+        slot = self._calls.pop(instance_id, None)
+        if slot is not None and slot.sandbox is not None:
+            await self._delete(slot.sandbox)
+
+    async def aclose(self) -> None:
+        """Delete every sandbox still held (any scope), wait for pending deletions, close the client."""
+        if self._client is None:
+            return
+        slots = list(self._calls.values()) + list(self._trajectories.values())
+        self._calls.clear()
+        self._trajectories.clear()
+        await asyncio.gather(*(self._delete(s.sandbox) for s in slots if s.sandbox is not None))
+        if self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+        await self._client.close()
+        self._client = None
+        self._loop = None
+
+
+def _infra(reason: str, attempts: int, sandbox_id: str | None = None) -> tuple[ToolResponse, float, dict[str, Any]]:
+    metrics = {"status": "infra_fault", "infra_fault": reason, "sandbox_id": sandbox_id, "attempts": attempts}
+    return ToolResponse(text=INFRA_FAULT_OBSERVATION.format(reason=reason)), 0.0, metrics
+
+
+def _positive_int(config: dict[str, Any], key: str, default: int) -> int:
+    value = config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"tool config {key!r} must be a positive integer, got {value!r}")
+    return value

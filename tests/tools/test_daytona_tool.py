@@ -1,0 +1,194 @@
+"""harness.tools.daytona.DaytonaTool with the real daytona SDK against the emulated Daytona: both sandbox scopes,
+state across turns, timeouts, retried throttling, and no leaked sandbox whatever happens."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytest.importorskip("daytona", reason="needs the [daytona] extra")
+pytest.importorskip("verl", reason="needs the [verl] extra")
+
+from verl.tools.tool_registry import initialize_tools_from_config
+
+from emulator.server import EmulatorServer
+from harness.tools.daytona import TIMEOUT_OBSERVATION, DaytonaTool, normalize_code
+from harness.tools.sandbox_fusion import INFRA_FAULT_OBSERVATION
+
+ROOT = Path(__file__).resolve().parents[2]
+FAST_RETRY = {"max_attempts": 4, "base_delay": 0.01, "max_delay": 0.05, "max_retry_after": 2}
+
+
+class AgentData:
+    """Stands in for verl's AgentData: what the tool reads is ``request_id``, and it must be weak-referenceable."""
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+
+
+def make_tool(server: EmulatorServer, **config: Any) -> DaytonaTool:
+    base = {
+        "type": "native",
+        "api_url": server.url + "/api",
+        "api_key": server.emulator.config.daytona.api_key,
+        "retry": FAST_RETRY,
+    }
+    return DaytonaTool({**base, **config})
+
+
+def leaked(server: EmulatorServer) -> list[str]:
+    return [record.id for record in server.emulator.daytona_report().leaked]
+
+
+def run_calls(tool: DaytonaTool, calls: list[dict[str, Any]]) -> list[tuple[str | None, dict[str, Any]]]:
+    """Each call a full create/execute/release cycle, as verl's agent loop does it."""
+
+    async def main() -> list[tuple[str | None, dict[str, Any]]]:
+        out = []
+        try:
+            for parameters in calls:
+                instance_id, _ = await tool.create()
+                try:
+                    response, _, metrics = await tool.execute(instance_id, parameters)
+                finally:
+                    await tool.release(instance_id)
+                out.append((response.text, metrics))
+        finally:
+            await tool.aclose()
+        return out
+
+    return asyncio.run(main())
+
+
+def test_loads_from_yaml_and_runs_per_call(sandbox_emulator: EmulatorServer, tmp_path: Path) -> None:
+    config = yaml.safe_load((ROOT / "fixtures/tools/daytona_tool_config.yaml").read_text())
+    config["tools"][0]["config"]["api_url"] = sandbox_emulator.url + "/api"
+    path = tmp_path / "tools.yaml"
+    path.write_text(yaml.safe_dump(config))
+    [tool] = initialize_tools_from_config(str(path))
+    assert isinstance(tool, DaytonaTool) and tool.name == "code_interpreter"
+    [(text, metrics)] = run_calls(tool, [{"code": "print(1 + 1)"}])
+    assert text == "2\n" and metrics["status"] == "success"
+    assert leaked(sandbox_emulator) == []
+    assert len(sandbox_emulator.emulator.daytona_report().sandboxes) == 1
+
+
+def test_errors_and_timeouts_are_program_outcomes(sandbox_emulator: EmulatorServer) -> None:
+    tool = make_tool(sandbox_emulator)
+    results = run_calls(
+        tool, [{"code": "print('before')\nraise ValueError('boom')"}, {"code": "while True: pass", "timeout": 1}]
+    )
+    (error_text, error_metrics), (timeout_text, timeout_metrics) = results
+    assert error_text is not None and error_text.startswith("before\n")
+    assert "ValueError: boom" in error_text
+    assert error_metrics["had_error"] and error_metrics["error_name"] == "ValueError"
+    assert timeout_text == TIMEOUT_OBSERVATION.format(timeout=1)
+    assert timeout_metrics["status"] == "timeout"
+    assert leaked(sandbox_emulator) == []
+
+
+def test_trajectory_scope_keeps_state_and_deletes_when_the_trajectory_ends(sandbox_emulator: EmulatorServer) -> None:
+    tool = make_tool(sandbox_emulator, sandbox_scope="trajectory")
+
+    async def main() -> list[str | None]:
+        agent_data: Any = AgentData("trajectory-1")
+        texts = []
+        for code in ("x = 20", "x += 1", "print(x * 2)"):
+            instance_id, _ = await tool.create()
+            response, _, _ = await tool.execute(instance_id, {"code": code}, agent_data=agent_data)
+            await tool.release(instance_id)
+            texts.append(response.text)
+        assert len(sandbox_emulator.emulator.daytona_report().sandboxes) == 1
+        assert leaked(sandbox_emulator) != []  # alive while the trajectory lives
+        del agent_data
+        gc.collect()
+        for _ in range(100):  # the deletion runs as a task on this loop: let it
+            if not leaked(sandbox_emulator):
+                break
+            await asyncio.sleep(0.02)
+        await tool.aclose()
+        return texts
+
+    assert asyncio.run(main()) == ["", "", "42\n"]
+    assert leaked(sandbox_emulator) == []
+
+
+def test_cancelled_trajectories_leak_nothing(sandbox_emulator: EmulatorServer) -> None:
+    tool = make_tool(sandbox_emulator, sandbox_scope="trajectory")
+
+    async def main() -> None:
+        async def trajectory(i: int) -> None:
+            agent_data: Any = AgentData(f"t{i}")
+            instance_id, _ = await tool.create()
+            await tool.execute(instance_id, {"code": "import time; time.sleep(5)", "timeout": 10}, agent_data=agent_data)
+
+        tasks = [asyncio.create_task(trajectory(i)) for i in range(6)]
+        await asyncio.sleep(0.5)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await tool.aclose()
+
+    asyncio.run(main())
+    assert leaked(sandbox_emulator) == []
+
+
+@pytest.mark.faults(
+    {"rules": [{"id": "busy", "route": "daytona.sandbox.create", "attempts": "1", "fault": {"status": 503}}]}
+)
+def test_create_failures_are_retried(sandbox_emulator: EmulatorServer) -> None:
+    [(text, metrics)] = run_calls(make_tool(sandbox_emulator), [{"code": "print('ok')"}])
+    assert text == "ok\n" and metrics["status"] == "success"
+    creates = sandbox_emulator.emulator.journal.entries("daytona.sandbox.create")
+    assert [e.status for e in creates] == [503, 200]
+    assert leaked(sandbox_emulator) == []
+
+
+@pytest.mark.faults({"rules": [{"id": "down", "route": "daytona.sandbox.create", "fault": {"status": 503}}]})
+def test_spent_budget_is_an_infra_observation(sandbox_emulator: EmulatorServer) -> None:
+    [(text, metrics)] = run_calls(make_tool(sandbox_emulator), [{"code": "print('ok')"}])
+    assert text == INFRA_FAULT_OBSERVATION.format(reason="HTTP 503")
+    assert metrics["status"] == "infra_fault"
+    assert len(sandbox_emulator.emulator.journal.entries("daytona.sandbox.create")) == FAST_RETRY["max_attempts"]
+    assert leaked(sandbox_emulator) == []
+
+
+def test_many_calls_respect_the_rate_limit(sandbox_emulator: EmulatorServer) -> None:
+    tool = make_tool(sandbox_emulator, rate_limit=4)
+
+    async def main() -> list[str | None]:
+        async def one(i: int) -> str | None:
+            instance_id, _ = await tool.create()
+            response, _, _ = await tool.execute(instance_id, {"code": f"print({i})"})
+            await tool.release(instance_id)
+            return response.text
+
+        texts = await asyncio.gather(*(one(i) for i in range(24)))
+        await tool.aclose()
+        return list(texts)
+
+    assert asyncio.run(main()) == [f"{i}\n" for i in range(24)]
+    assert sandbox_emulator.emulator.journal.max_in_flight("daytona") <= 4
+    assert leaked(sandbox_emulator) == []
+
+
+def test_normalize_code() -> None:
+    assert normalize_code("```python\nx = 2\nx * 21\n```") == "x = 2\nprint(x * 21)"
+    assert normalize_code("print(1)") == "print(1)"
+    assert normalize_code("for i in range(2):\n    print(i)") == "for i in range(2):\n    print(i)"
+
+
+def test_bad_config_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DAYTONA_API_KEY", raising=False)
+    monkeypatch.delenv("DAYTONA_JWT_TOKEN", raising=False)
+    with pytest.raises(ValueError, match="credentials"):
+        DaytonaTool({"type": "native"})
+    with pytest.raises(ValueError, match="python only"):
+        DaytonaTool({"type": "native", "api_key": "k", "language": "typescript"})
+    with pytest.raises(ValueError, match="sandbox_scope"):
+        DaytonaTool({"type": "native", "api_key": "k", "sandbox_scope": "forever"})
