@@ -125,7 +125,8 @@ def test_cancelled_trajectories_leak_nothing(sandbox_emulator: EmulatorServer) -
         async def trajectory(i: int) -> None:
             agent_data: Any = AgentData(f"t{i}")
             instance_id, _ = await tool.create()
-            await tool.execute(instance_id, {"code": "import time; time.sleep(5)", "timeout": 10}, agent_data=agent_data)
+            parameters = {"code": "import time; time.sleep(5)", "timeout": 10}
+            await tool.execute(instance_id, parameters, agent_data=agent_data)
 
         tasks = [asyncio.create_task(trajectory(i)) for i in range(6)]
         await asyncio.sleep(0.5)
