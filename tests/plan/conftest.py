@@ -5,7 +5,7 @@ verl is imported lazily (inside fixtures) so that a checkout without the ``[verl
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,3 +35,13 @@ def tool_yaml(tmp_path: Path, sandbox_fusion_url: str) -> Callable[..., Path]:
         return write_tool_config(tmp_path / name, base=EXAMPLE_TOOL_YAML, url=sandbox_fusion_url, **config)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[dict[str, str]]:
+    """One local Ray cluster per test session (the same init as ``tests/ratelimit``; reused if one is running)."""
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, namespace="sandbox-emulator-tests", log_to_driver=False)
+    context = ray.get_runtime_context()
+    yield {"address": context.gcs_address, "namespace": context.namespace}

@@ -1,0 +1,168 @@
+"""Plan items for the cluster-wide limiter (``harness.ratelimit``'s Ray backend), checked at the sandbox.
+
+* ``test_basic_multi_process_init``: two driver processes attached to one Ray cluster get the same named limiter
+  actor; a third with a different ``limit`` gets a clear error instead of verl 0.7.1's silent first-config-wins.
+* ``TestSingleNodeRateLimiterCase``: two rollout-worker actors (async, like verl's ``AgentLoopWorker``) send 24
+  real executions to the emulator through one limiter of 3; the emulator's journal gives the true in-flight maximum.
+* ``test_rotten_execution``: executions that raise while holding a permit give it back; the counts return to zero.
+
+verl 0.6.1's versions timed ``time.sleep`` tasks; these read the emulator's journal instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from emulator.journal import Journal  # noqa: E402
+from harness.ratelimit import LimiterStats, open_limiter  # noqa: E402
+from harness.ratelimit.ray_backend import actor_name, kill  # noqa: E402
+
+RUN_CODE = "sandbox_fusion.run_code"
+
+
+@pytest.fixture
+def limiter_name(ray_session: dict[str, str]) -> Iterator[str]:
+    name = f"plan-{uuid.uuid4().hex[:8]}"
+    yield name
+    kill(name, namespace=ray_session["namespace"])
+
+
+@ray.remote(num_cpus=0, max_concurrency=64)
+class RolloutWorker:
+    """Stands in for an ``AgentLoopWorker``: many concurrent sandbox calls, each under the cluster-wide limiter."""
+
+    def __init__(self, url: str, name: str, limit: int) -> None:
+        self.url = url
+        self.limiter = open_limiter({"name": name, "limit": limit}, "ray")
+
+    async def run(self, code: str, rotten: bool = False) -> str:
+        import aiohttp
+
+        async with self.limiter.slot():
+            if rotten:
+                raise RuntimeError("rotten execution")
+            payload = {"code": code, "language": "python", "run_timeout": 10}
+            async with aiohttp.ClientSession() as session, session.post(self.url, json=payload) as response:
+                body = await response.json()
+        return str(body["run_result"]["stdout"])
+
+    async def close(self) -> None:
+        await self.limiter.aclose()
+
+
+def _stats(name: str, namespace: str) -> LimiterStats:
+    async def main() -> LimiterStats:
+        limiter = open_limiter({"name": name, "limit": 1}, "ray", namespace=namespace)
+        # Read the actor's stats without a config check (this client's limit is not the test's).
+        return LimiterStats.from_dict(await limiter.actor.stats.remote())
+
+    return asyncio.run(main())
+
+
+def _run_workers(url: str, name: str, limit: int, jobs: list[tuple[str, bool]]) -> list[Any]:
+    workers = [RolloutWorker.remote(url, name, limit) for _ in range(2)]  # type: ignore[attr-defined]
+    refs = [workers[i % 2].run.remote(code, rotten) for i, (code, rotten) in enumerate(jobs)]
+    results: list[Any] = []
+    for ref in refs:
+        try:
+            results.append(ray.get(ref))
+        except ray.exceptions.RayTaskError as exc:
+            results.append(exc)
+    ray.get([w.close.remote() for w in workers])
+    for worker in workers:
+        ray.kill(worker)
+    return results
+
+
+DRIVER = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    import ray
+    from harness.ratelimit import LimiterConfigError, open_limiter
+    from harness.ratelimit.ray_backend import actor_name
+
+    address, namespace, name, limit = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    ray.init(address=address, namespace=namespace, log_to_driver=False)
+
+    async def main():
+        limiter = open_limiter({"name": name, "limit": limit}, "ray")
+        try:
+            ticket = await limiter.acquire()
+        except LimiterConfigError as exc:
+            return {"error": str(exc)}
+        await limiter.release(ticket)
+        await limiter.aclose()
+        return {"actor": ray.get_actor(actor_name(name))._actor_id.hex()}
+
+    print("RESULT " + json.dumps(asyncio.run(main())))
+    """
+)
+
+
+def _driver(session: dict[str, str], name: str, limit: int) -> subprocess.Popen[str]:
+    args = [sys.executable, "-c", DRIVER, session["address"], session["namespace"], name, str(limit)]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _result(process: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = process.communicate(timeout=120)
+    lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
+    assert process.returncode == 0 and lines, err[-2000:]
+    result: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
+    return result
+
+
+@pytest.mark.slow
+def test_basic_multi_process_init(ray_session: dict[str, str], limiter_name: str) -> None:
+    first, second = _driver(ray_session, limiter_name, 6), _driver(ray_session, limiter_name, 6)
+    a, b = _result(first), _result(second)
+    here = ray.get_actor(actor_name(limiter_name), namespace=ray_session["namespace"])._actor_id.hex()
+    assert a == b == {"actor": here}  # one actor, whichever process created it
+    stats = _stats(limiter_name, ray_session["namespace"])
+    assert (stats.acquires, stats.releases, stats.held) == (2, 2, 0)
+    disagreeing = _result(_driver(ray_session, limiter_name, 7))
+    assert "different config" in disagreeing["error"] and "limit" in disagreeing["error"]
+
+
+@pytest.mark.slow
+class TestSingleNodeRateLimiterCase:
+    def test_rate_limiter(
+        self, ray_session: dict[str, str], limiter_name: str, sandbox_fusion_url: str, emulator_journal: Journal
+    ) -> None:
+        limit, calls = 3, 24
+        jobs = [(f"import time\ntime.sleep(0.15)\nprint({i})", False) for i in range(calls)]
+        results = _run_workers(sandbox_fusion_url, limiter_name, limit, jobs)
+        assert results == [f"{i}\n" for i in range(calls)]
+        entries = emulator_journal.entries(RUN_CODE)
+        assert len(entries) == calls and {e.status for e in entries} == {200}
+        assert emulator_journal.max_in_flight(RUN_CODE) == limit  # reached, never passed, across two workers
+        stats = _stats(limiter_name, ray_session["namespace"])
+        assert (stats.max_held, stats.held, stats.acquires, stats.releases) == (limit, 0, calls, calls)
+
+
+@pytest.mark.slow
+def test_rotten_execution(
+    ray_session: dict[str, str], limiter_name: str, sandbox_fusion_url: str, emulator_journal: Journal
+) -> None:
+    """verl 0.6.1's case: 20 executions under a limit of 6, one raises while holding its permit."""
+    limit, calls, rotten = 6, 20, 10
+    jobs = [(f"print({i})", i == rotten) for i in range(calls)]
+    results = _run_workers(sandbox_fusion_url, limiter_name, limit, jobs)
+    assert isinstance(results[rotten], ray.exceptions.RayTaskError)
+    assert "rotten execution" in str(results[rotten])
+    assert [r for i, r in enumerate(results) if i != rotten] == [f"{i}\n" for i in range(calls) if i != rotten]
+    assert len(emulator_journal.entries(RUN_CODE)) == calls - 1
+    assert emulator_journal.max_in_flight(RUN_CODE) <= limit
+    stats = _stats(limiter_name, ray_session["namespace"])
+    assert (stats.held, stats.waiting, stats.acquires, stats.releases) == (0, 0, calls, calls)
