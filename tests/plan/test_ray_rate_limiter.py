@@ -25,8 +25,8 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from emulator.journal import Journal  # noqa: E402
-from harness.ratelimit import LimiterStats, open_limiter  # noqa: E402
-from harness.ratelimit.ray_backend import actor_name, kill  # noqa: E402
+from harness.ratelimit import LimiterConfig, LimiterStats, open_limiter  # noqa: E402
+from harness.ratelimit.ray_backend import RayLimiter, actor_name, kill  # noqa: E402
 
 RUN_CODE = "sandbox_fusion.run_code"
 
@@ -63,7 +63,7 @@ class RolloutWorker:
 
 def _stats(name: str, namespace: str) -> LimiterStats:
     async def main() -> LimiterStats:
-        limiter = open_limiter({"name": name, "limit": 1}, "ray", namespace=namespace)
+        limiter = RayLimiter(LimiterConfig(name=name, limit=1), namespace=namespace)
         # Read the actor's stats without a config check (this client's limit is not the test's).
         return LimiterStats.from_dict(await limiter.actor.stats.remote())
 
@@ -166,3 +166,69 @@ def test_rotten_execution(
     assert emulator_journal.max_in_flight(RUN_CODE) <= limit
     stats = _stats(limiter_name, ray_session["namespace"])
     assert (stats.held, stats.waiting, stats.acquires, stats.releases) == (0, 0, calls, calls)
+
+
+MULTI_NODE_DRIVER = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    import aiohttp
+    import ray
+    from ray.cluster_utils import Cluster
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    from harness.ratelimit import open_limiter
+
+    url, limit, calls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, namespace="plan-multi-node", log_to_driver=False)
+
+    @ray.remote(num_cpus=0, max_concurrency=64)
+    class RolloutWorker:
+        def __init__(self):
+            self.limiter = open_limiter({"name": "plan-multi-node", "limit": limit}, "ray")
+
+        def node(self):
+            return ray.get_runtime_context().get_node_id()
+
+        async def run(self, code):
+            async with self.limiter.slot():
+                payload = {"code": code, "language": "python", "run_timeout": 10}
+                async with aiohttp.ClientSession() as session, session.post(url, json=payload) as response:
+                    return (await response.json())["run_result"]["stdout"]
+
+        async def stats(self):
+            return (await self.limiter.stats()).__dict__
+
+    nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+    workers = [
+        RolloutWorker.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+        for node in nodes
+    ]
+    placed = ray.get([w.node.remote() for w in workers])
+    code = "import time\\ntime.sleep(0.15)\\nprint({})"
+    results = ray.get([workers[i % 2].run.remote(code.format(i)) for i in range(calls)])
+    stats = ray.get(workers[0].stats.remote())
+    print("RESULT " + json.dumps({"nodes": nodes, "placed": placed, "results": results, "stats": stats}))
+    ray.shutdown()
+    cluster.shutdown()
+    """
+)
+
+
+@pytest.mark.slow
+class TestMultiNodeRateLimiterCase:
+    """A real two-node Ray cluster on this machine (``ray.cluster_utils.Cluster``, in its own driver process, since
+    this one is attached to the session cluster): one rollout worker per node, one limit for both."""
+
+    def test_rate_limiter(self, sandbox_fusion_url: str, emulator_journal: Journal) -> None:
+        limit, calls = 3, 24
+        args = [sys.executable, "-c", MULTI_NODE_DRIVER, sandbox_fusion_url, str(limit), str(calls)]
+        process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        result = _result(process)
+        assert len(result["nodes"]) == 2 and sorted(result["placed"]) == result["nodes"]  # one worker per node
+        assert result["results"] == [f"{i}\n" for i in range(calls)]
+        assert len(emulator_journal.entries(RUN_CODE)) == calls
+        assert emulator_journal.max_in_flight(RUN_CODE) == limit  # the limit held across nodes, and was reached
+        stats = result["stats"]
+        assert (stats["max_held"], stats["held"], stats["acquires"], stats["releases"]) == (limit, 0, calls, calls)
