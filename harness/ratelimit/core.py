@@ -165,7 +165,8 @@ class LimiterCore:
         return "none"
 
     def heartbeat(self, holder: str, now: float) -> int:
-        """Extend every lease of ``holder``; returns how many it holds."""
+        """Extend every lease of ``holder`` (leases already past their deadline stay lost); returns how many."""
+        self.reclaim(now)
         count = 0
         for lease in self._held.values():
             if lease.holder == holder:

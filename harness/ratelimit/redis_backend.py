@@ -182,6 +182,7 @@ elseif op == 'withdraw' then
 elseif op == 'heartbeat' then
   local holder = ARGV[3]
   local count = 0
+  pump()
   for i = 4, #ARGV do
     local rid = ARGV[i]
     if redis.call('HGET', owner, rid) == holder then
@@ -231,6 +232,15 @@ elseif op == 'status' then
 end
 return 'error: unknown op ' .. op
 """.replace("TOMBSTONES", str(TOMBSTONES))
+
+
+def _raise_if_cancel_swallowed() -> None:
+    """Some client libraries swallow a cancellation that lands inside a command (seen with fakeredis on 3.11);
+    the task still counts it (``Task.cancelling``), so honour it here."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    if cancelling is not None and cancelling() > 0:
+        raise asyncio.CancelledError
 
 
 def limiter_keys(name: str) -> list[str]:
@@ -313,13 +323,16 @@ class RedisLimiter(AsyncLimiter):
         self._checked = False
         self._held: dict[str, Ticket] = {}
         self._waiting: set[str] = set()
-        self._wake = asyncio.Event()
+        self._wakers: set[asyncio.Future[bool]] = set()
         self._heartbeat: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
 
     async def _call(self, op: str, *args: str) -> str:
         now = "" if self.clock is None else str(int(self.clock() * 1000))
-        return _text(await self._script(keys=self.keys, args=[op, now, *args]))
+        result = _text(await self._script(keys=self.keys, args=[op, now, *args]))
+        if result.startswith("error: "):
+            raise LimiterError(f"limiter {self.name!r}: {result[7:]}")
+        return result
 
     async def open(self) -> RedisLimiter:
         if not self._checked:
@@ -335,14 +348,12 @@ class RedisLimiter(AsyncLimiter):
         try:
             state = await self._call("enqueue", rid, self.holder)
             delay = self.poll_min_s
+            _raise_if_cancel_swallowed()
             while state == "waiting":
-                wake = self._wake
-                try:
-                    await asyncio.wait_for(wake.wait(), delay)
-                    delay = self.poll_min_s
-                except asyncio.TimeoutError:
-                    delay = min(2 * delay, self.poll_max_s)
+                woken = await self._nap(delay)
+                delay = self.poll_min_s if woken else min(2 * delay, self.poll_max_s)
                 state = await self._call("poll", rid)
+                _raise_if_cancel_swallowed()
         except BaseException:
             # Cancelled or failed: dequeue the request or hand its grant back, exactly once, even if cancelled again.
             task = asyncio.get_running_loop().create_task(self._call("withdraw", rid))
@@ -357,18 +368,31 @@ class RedisLimiter(AsyncLimiter):
         self._held[rid] = ticket
         return ticket
 
+    async def _nap(self, delay: float) -> bool:
+        """Sleep ``delay`` or until this client releases a ticket (``True``). A bare future, not ``wait_for``:
+        Python 3.11's ``wait_for`` can swallow a cancellation that races its timeout."""
+        loop = asyncio.get_running_loop()
+        waker: asyncio.Future[bool] = loop.create_future()
+        handle = loop.call_later(delay, lambda: waker.done() or waker.set_result(False))
+        self._wakers.add(waker)
+        try:
+            return await waker
+        finally:
+            handle.cancel()
+            self._wakers.discard(waker)
+
     async def release(self, ticket: Ticket) -> None:
         if self._held.pop(ticket.request_id, None) is None:
             raise LimiterError(f"release of a ticket this client does not hold (double release?): {ticket}")
         result = await self._call("release", ticket.request_id)
-        self._wake.set()
-        self._wake = asyncio.Event()
+        for waker in self._wakers:
+            if not waker.done():
+                waker.set_result(True)
         if result == "expired":
             log.warning("limiter %r: ticket %s was reclaimed before its release (lease expired)", self.name, ticket)
-        elif result != "released":
-            raise LimiterError(result)
 
     async def _report(self, outcome: Outcome) -> None:
+        await self.open()
         await self._call("report", outcome)
 
     async def stats(self) -> LimiterStats:
