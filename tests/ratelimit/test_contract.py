@@ -62,7 +62,9 @@ def test_cap_and_waves(make_limiter: Any) -> None:
             exits += 1
             in_flight -= 1
     assert peak == cap
-    waves = 1 + sum(1 for i, (kind, _) in enumerate(events) if kind == "enter" and i >= cap and events[i - 1][0] == "exit")
+    waves = 1 + sum(
+        1 for i, (kind, _) in enumerate(events) if kind == "enter" and i >= cap and events[i - 1][0] == "exit"
+    )
     assert waves >= math.ceil(n / cap)
     assert (stats.max_held, stats.acquires, stats.releases, stats.held, stats.waiting) == (cap, n, n, 0, 0)
 
