@@ -2,7 +2,8 @@
 rules in Lua). Pure and synchronous: time comes in as ``now``; :class:`CoreDriver` adds asyncio waiting.
 
 Rules: requests queue FIFO by arrival; the head is granted while ``held < cap`` and (with a rate) a token is in the
-bucket; a grant is a lease of ``lease_s`` that the holder's heartbeats extend; expired leases are reclaimed. Every
+bucket; a grant is a lease of ``lease_s`` that the holder's heartbeats extend; expired leases are reclaimed, and
+queued requests of a holder silent for ``lease_s`` (a dead waiter) are dropped as ``abandoned``. Every
 request id ends in exactly one tombstone (released, withdrawn or reclaimed), so a second release, a release of a
 never-granted id, or a late enqueue of a withdrawn id can be told apart and never adds capacity.
 """
@@ -43,7 +44,9 @@ class LimiterCore:
         self.cap = config.limit
         self._queue: OrderedDict[str, str] = OrderedDict()  # request id -> holder, arrival order
         self._held: dict[str, _Lease] = {}
-        self._tombs: OrderedDict[str, str] = OrderedDict()  # request id -> released | withdrawn | reclaimed
+        self._tombs: OrderedDict[str, str] = OrderedDict()  # request id -> released | withdrawn | reclaimed | ...
+        self._seen: dict[str, float] = {}  # holder -> last enqueue or heartbeat
+        self.abandoned_ids: list[str] = []  # dropped by the last pump (the driver fails their waits)
         self._tokens = config.bucket_size
         self._token_time: float | None = None
         self._ok_streak = 0
@@ -56,6 +59,7 @@ class LimiterCore:
         self.reclaimed = 0
         self.late_releases = 0
         self.throttled = 0
+        self.abandoned = 0
 
     # -- queries -----------------------------------------------------------------------------------------------
     @property
@@ -94,6 +98,7 @@ class LimiterCore:
             reclaimed=self.reclaimed,
             late_releases=self.late_releases,
             throttled=self.throttled,
+            extra={"abandoned": self.abandoned},
         )
 
     def next_wake(self, now: float) -> float | None:
@@ -101,6 +106,8 @@ class LimiterCore:
         wakes: list[float] = []
         if self.leases and self._held:
             wakes.append(min(lease.expires for lease in self._held.values()))
+        if self.leases and self._queue:
+            wakes.append(min(self._seen.get(h, now) for h in set(self._queue.values())) + self.config.lease_s)
         rate = self.config.rate_per_second
         if rate is not None and self._queue and self.held < self.cap and self._tokens < 1.0:
             last = self._token_time if self._token_time is not None else now
@@ -116,11 +123,13 @@ class LimiterCore:
         if rid in self._queue or rid in self._held:
             raise LimiterError(f"request id {rid!r} is already queued or held")
         self._queue[rid] = holder
+        self._seen[holder] = now
         return "waiting"
 
     def pump(self, now: float) -> list[str]:
         """Reclaim expired leases, refill tokens, grant from the head of the queue; returns the granted ids."""
         self.reclaim(now)
+        self._abandon(now)
         self._refill(now)
         granted: list[str] = []
         while self._queue and len(self._held) < self.cap and self._tokens >= 1.0:
@@ -167,6 +176,7 @@ class LimiterCore:
     def heartbeat(self, holder: str, now: float) -> int:
         """Extend every lease of ``holder`` (leases already past their deadline stay lost); returns how many."""
         self.reclaim(now)
+        self._seen[holder] = now
         count = 0
         for lease in self._held.values():
             if lease.holder == holder:
@@ -204,6 +214,21 @@ class LimiterCore:
                 self.journal.append((now, "grow", "", self.cap))
 
     # -- internals ---------------------------------------------------------------------------------------------
+    def _abandon(self, now: float) -> None:
+        self.abandoned_ids = []
+        if not self.leases or not self._queue:
+            return
+        limit = now - self.config.lease_s
+        for rid, holder in list(self._queue.items()):
+            if self._seen.get(holder, now) <= limit:
+                del self._queue[rid]
+                self._tomb(rid, "abandoned")
+                self.abandoned += 1
+                self.abandoned_ids.append(rid)
+        if len(self._seen) > 4 * (len(self._queue) + len(self._held)) + 1024:
+            live = set(self._queue.values()) | {lease.holder for lease in self._held.values()}
+            self._seen = {h: t for h, t in self._seen.items() if h in live}
+
     def _drop(self, rid: str, why: str, now: float) -> None:
         del self._held[rid]
         self._tomb(rid, why)
@@ -234,10 +259,11 @@ class CoreDriver:
         self._ticker: asyncio.Task[None] | None = None
 
     async def acquire(self, rid: str, holder: str) -> str:
-        """Wait until ``rid`` is granted (``granted``) or withdrawn meanwhile (``withdrawn``)."""
+        """Wait until ``rid`` is granted (``granted``), withdrawn meanwhile (``withdrawn``), or dropped because its
+        holder stopped heartbeating (``abandoned``)."""
         state = self.core.enqueue(rid, holder, self.clock())
         if state != "waiting":
-            return "withdrawn"
+            return state
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._futures[rid] = future
         self._pump()
@@ -274,8 +300,16 @@ class CoreDriver:
     def journal(self) -> list[tuple[float, str, str, int]]:
         return list(self.core.journal)
 
+    def _fail_abandoned(self) -> None:
+        for rid in self.core.abandoned_ids:
+            future = self._futures.pop(rid, None)
+            if future is not None and not future.done():
+                future.set_result("abandoned")
+
     def _pump(self) -> None:
-        for rid in self.core.pump(self.clock()):
+        granted = self.core.pump(self.clock())
+        self._fail_abandoned()
+        for rid in granted:
             future = self._futures.pop(rid, None)
             if future is not None and not future.done():
                 future.set_result("granted")
@@ -298,7 +332,9 @@ class CoreDriver:
             timeout = 1.0 if wake is None else min(1.0, max(0.0, wake - self.clock()))
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._poke.wait(), timeout)
-            for rid in self.core.pump(self.clock()):
+            granted = self.core.pump(self.clock())
+            self._fail_abandoned()
+            for rid in granted:
                 future = self._futures.pop(rid, None)
                 if future is not None and not future.done():
                     future.set_result("granted")

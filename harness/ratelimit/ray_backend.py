@@ -4,10 +4,10 @@ The actor (``ratelimit:<name>`` in the caller's namespace, or ``namespace``; det
 with the worker that happened to create it) runs :class:`~harness.ratelimit.core.LimiterCore`. Each
 :class:`RayLimiter` is one holder: ``acquire`` sends a fresh request id and waits on the actor; if the caller is
 cancelled (or the call fails) it fires ``withdraw(request id)``, which dequeues the request or returns its grant,
-whichever happened, exactly once. While it holds tickets the client heartbeats every ``lease_s / 3``; the actor
-reclaims the tickets of a holder whose lease ran out (a killed worker). ``configure`` compares the caller's config
-with the actor's, so a second user with a different ``limit`` gets :class:`LimiterConfigError`, not a silent
-first-creator-wins as verl 0.7.1's ``TokenBucketWorker``.
+whichever happened, exactly once. While it holds or waits for tickets the client heartbeats every ``lease_s / 3``;
+the actor reclaims the tickets of a holder whose lease ran out (a killed worker) and drops its queued requests.
+``configure`` compares the caller's config with the actor's, so a second user with a different ``limit`` gets
+:class:`LimiterConfigError`, not a silent first-creator-wins as verl 0.7.1's ``TokenBucketWorker``.
 """
 
 from __future__ import annotations
@@ -109,6 +109,7 @@ class RayLimiter(AsyncLimiter):
         self._actor: Any = None
         self._checked = False
         self._held: dict[str, Ticket] = {}
+        self._waiting: set[str] = set()
         self._heartbeat: asyncio.Task[None] | None = None
 
     @property
@@ -133,6 +134,8 @@ class RayLimiter(AsyncLimiter):
         rid = uuid4().hex
         actor = self.actor
         ref = actor.acquire.remote(rid, self.holder)
+        self._waiting.add(rid)
+        self._ensure_heartbeat()
         try:
             result = await ref
         except BaseException:
@@ -142,11 +145,12 @@ class RayLimiter(AsyncLimiter):
             except Exception:  # pragma: no cover - the actor is gone: nothing to give back
                 log.debug("withdraw of %s failed", rid, exc_info=True)
             raise
+        finally:
+            self._waiting.discard(rid)
         if result != "granted":
             raise LimiterError(f"acquire of {rid} on {self.name!r} ended as {result!r}")
         ticket = Ticket(self.name, rid, self.holder)
         self._held[rid] = ticket
-        self._ensure_heartbeat()
         return ticket
 
     async def release(self, ticket: Ticket) -> None:
@@ -173,9 +177,9 @@ class RayLimiter(AsyncLimiter):
 
     async def _beat(self) -> None:
         interval = self.config.lease_s / 3
-        while self._held:
+        while self._held or self._waiting:
             await asyncio.sleep(interval)
-            if not self._held:
+            if not (self._held or self._waiting):
                 break
             try:
                 await self.actor.heartbeat.remote(self.holder)

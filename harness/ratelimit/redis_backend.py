@@ -243,6 +243,11 @@ def _raise_if_cancel_swallowed() -> None:
         raise asyncio.CancelledError
 
 
+def _settle(waker: asyncio.Future[bool]) -> None:
+    if not waker.done():
+        waker.set_result(False)
+
+
 def limiter_keys(name: str) -> list[str]:
     return [f"ratelimit:{{{name}}}:{key}" for key in KEY_NAMES]
 
@@ -373,7 +378,7 @@ class RedisLimiter(AsyncLimiter):
         Python 3.11's ``wait_for`` can swallow a cancellation that races its timeout."""
         loop = asyncio.get_running_loop()
         waker: asyncio.Future[bool] = loop.create_future()
-        handle = loop.call_later(delay, lambda: waker.done() or waker.set_result(False))
+        handle = loop.call_later(delay, _settle, waker)
         self._wakers.add(waker)
         try:
             return await waker

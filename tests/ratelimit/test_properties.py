@@ -1,0 +1,226 @@
+"""Hypothesis state machines over the limiter rules, on the local/Ray engine (``LimiterCore``) and on the Redis Lua
+script (fakeredis), with a simulated clock: acquire, release, double release, cancel (withdraw), crash a holder,
+let time pass. Invariants: never over the cap, strict FIFO (no later request is granted while an earlier one
+waits), balance (acquires = releases + withdrawn + reclaimed + held), live holders never lose a lease, dead
+holders' leases come back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from harness.ratelimit import LimiterConfig, LimiterError, LimiterStats
+from harness.ratelimit.core import LimiterCore
+
+LEASE = 1.0
+HOLDERS = 3
+
+
+class CoreAdapter:
+    def __init__(self, config: LimiterConfig) -> None:
+        self.core = LimiterCore(config, leases=True)
+
+    def enqueue(self, rid: str, holder: str, now: float) -> str:
+        state = self.core.enqueue(rid, holder, now)
+        self.core.pump(now)
+        return state
+
+    def status(self, rid: str, now: float) -> str:
+        self.core.pump(now)
+        return self.core.status(rid)
+
+    def release(self, rid: str, now: float) -> str:
+        result = self.core.release(rid, now)
+        self.core.pump(now)
+        return result
+
+    def withdraw(self, rid: str, now: float) -> str:
+        result = self.core.withdraw(rid, now)
+        self.core.pump(now)
+        return result
+
+    def heartbeat(self, holder: str, rids: list[str], now: float) -> None:
+        self.core.heartbeat(holder, now)
+        self.core.pump(now)
+
+    def stats(self, now: float) -> LimiterStats:
+        self.core.pump(now)
+        return self.core.stats()
+
+
+class RedisAdapter:
+    def __init__(self, config: LimiterConfig) -> None:
+        import fakeredis
+
+        from harness.ratelimit.redis_backend import RedisCoreSync
+
+        self.redis = RedisCoreSync(config, fakeredis.FakeRedis())
+
+    def enqueue(self, rid: str, holder: str, now: float) -> str:
+        return self.redis.call("enqueue", now, rid, holder)
+
+    def status(self, rid: str, now: float) -> str:
+        return self.redis.call("status", now, rid)
+
+    def release(self, rid: str, now: float) -> str:
+        result = self.redis.call("release", now, rid)
+        if result.startswith("error: "):
+            raise LimiterError(result)
+        return result
+
+    def withdraw(self, rid: str, now: float) -> str:
+        return self.redis.call("withdraw", now, rid)
+
+    def heartbeat(self, holder: str, rids: list[str], now: float) -> None:
+        self.redis.call("heartbeat", now, holder, *rids)
+
+    def stats(self, now: float) -> LimiterStats:
+        return self.redis.stats(now)
+
+
+GRANTED = {"held", "released", "withdrawn", "reclaimed", "late"}
+
+
+class LimiterMachine(RuleBasedStateMachine):
+    adapter_class: Any = CoreAdapter
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.counter = 0
+        self.order: list[str] = []  # request ids in arrival order
+        self.holder_of: dict[str, str] = {}
+        self.ever_granted: set[str] = set()
+        self.state: dict[str, str] = {}
+        self.released: list[str] = []
+        self.dead: dict[str, float] = {}  # holder -> time of death
+        self.last_beat: dict[str, float] = {}
+
+    @initialize(cap=st.integers(1, 3))
+    def setup(self, cap: int) -> None:
+        self.cap = cap
+        name = f"prop-{id(self)}-{self.now}"
+        self.adapter = self.adapter_class(LimiterConfig(name=name, limit=cap, lease_s=LEASE))
+
+    def _refresh(self) -> None:
+        for rid in self.order:
+            if self.state.get(rid) in (None, "waiting", "held"):
+                self.state[rid] = self.adapter.status(rid, self.now)
+                if self.state[rid] == "held":
+                    self.ever_granted.add(rid)
+
+    def _live(self, want: str) -> list[str]:
+        return [r for r in self.order if self.state.get(r) == want and self.holder_of[r] not in self.dead]
+
+    @rule(holder=st.integers(0, HOLDERS - 1))
+    def acquire(self, holder: int) -> None:
+        if str(holder) in self.dead:
+            return
+        self.counter += 1
+        rid = f"r{self.counter}"
+        self.order.append(rid)
+        self.holder_of[rid] = str(holder)
+        assert self.adapter.enqueue(rid, str(holder), self.now) in ("waiting", "held")
+        self._refresh()
+
+    @precondition(lambda self: bool(self._live("held")))
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        rid = data.draw(st.sampled_from(self._live("held")))
+        assert self.adapter.release(rid, self.now) == "released"
+        self.released.append(rid)
+        self._refresh()
+
+    @precondition(lambda self: bool(self.released))
+    @rule(data=st.data())
+    def double_release(self, data: st.DataObject) -> None:
+        rid = data.draw(st.sampled_from(self.released))
+        before = self.adapter.stats(self.now)
+        with pytest.raises(LimiterError):
+            self.adapter.release(rid, self.now)
+        after = self.adapter.stats(self.now)
+        assert after.releases == before.releases
+
+    @rule()
+    def release_never_granted(self) -> None:
+        with pytest.raises(LimiterError):
+            self.adapter.release("never-granted", self.now)
+
+    @precondition(lambda self: bool(self._live("held") or self._live("waiting")))
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        rid = data.draw(st.sampled_from(self._live("held") + self._live("waiting")))
+        was = self.state[rid]
+        assert self.adapter.withdraw(rid, self.now) == ("returned" if was == "held" else "dequeued")
+        assert self.adapter.withdraw(rid, self.now) == "none"  # a second withdraw gives nothing back
+        self._refresh()
+
+    @rule(holder=st.integers(0, HOLDERS - 1))
+    def crash(self, holder: int) -> None:
+        self.dead.setdefault(str(holder), self.now)
+
+    @rule(steps=st.integers(1, 4))
+    def time_passes(self, steps: int) -> None:
+        """Advance in steps of 0.4 lease; live holders heartbeat after each step."""
+        for _ in range(steps):
+            self.now = round(self.now + 0.4 * LEASE, 3)
+            for holder in map(str, range(HOLDERS)):
+                if holder in self.dead:
+                    continue
+                mine = [
+                    r for r in self.order if self.holder_of[r] == holder and self.state.get(r) in ("held", "waiting")
+                ]
+                self.adapter.heartbeat(holder, mine, self.now)
+            self._refresh()
+
+    @invariant()
+    def never_over_cap(self) -> None:
+        if hasattr(self, "adapter"):
+            assert sum(1 for s in self.state.values() if s == "held") <= self.cap
+            assert self.adapter.stats(self.now).held <= self.cap
+
+    @invariant()
+    def fifo(self) -> None:
+        waiting_seen = False
+        for rid in self.order:
+            if self.state.get(rid) == "waiting":
+                waiting_seen = True
+            elif waiting_seen:
+                assert rid not in self.ever_granted, f"{rid} granted while an earlier request waits"
+
+    @invariant()
+    def balance(self) -> None:
+        if hasattr(self, "adapter"):
+            s = self.adapter.stats(self.now)
+            assert s.acquires == s.releases + s.withdrawn + s.reclaimed + s.held
+
+    @invariant()
+    def leases(self) -> None:
+        for rid in self.order:
+            holder, state = self.holder_of[rid], self.state.get(rid)
+            if holder not in self.dead:
+                assert state != "reclaimed", f"{rid} of a live holder was reclaimed"
+            elif self.now - self.dead[holder] > LEASE + 0.5:
+                assert state not in ("held", "waiting"), f"{rid} of a dead holder is still {state}"
+
+
+class RedisLimiterMachine(LimiterMachine):
+    adapter_class = RedisAdapter
+
+
+TestCoreMachine = LimiterMachine.TestCase
+TestCoreMachine.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+
+
+def test_redis_machine() -> None:
+    pytest.importorskip("fakeredis")
+    pytest.importorskip("lupa")
+    from hypothesis.stateful import run_state_machine_as_test
+
+    run_state_machine_as_test(
+        RedisLimiterMachine, settings=settings(max_examples=30, stateful_step_count=25, deadline=None)
+    )
