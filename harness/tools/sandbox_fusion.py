@@ -10,13 +10,19 @@ fault is reported in the tool metrics.
 Config (YAML ``config:`` of the tool entry): ``sandbox_fusion_url`` (full URL incl. ``/run_code``, as verl),
 ``num_workers`` (concurrent calls per tool, default 10), ``rate_limit`` (in-flight cap, default 10),
 ``enable_global_rate_limit`` (default true), ``default_timeout`` (30), ``default_language`` ("python"),
-``memory_limit_mb`` (1024), and ``retry`` (see :class:`~harness.tools.retry.RetryPolicy`).
+``memory_limit_mb`` (1024), ``retry`` (see :class:`~harness.tools.retry.RetryPolicy`), and ``rate_limiter``
+(which limiter enforces ``rate_limit``; see :func:`limiter_settings` and ``docs/ratelimit.md``).
+
+With ``enable_global_rate_limit: true`` (the default) the in-flight cap ``rate_limit`` is cluster-wide when Ray is
+initialised in the process (a named Ray actor, as verl 0.7.1's ``TokenBucketWorker``, but FIFO, bounded,
+cancel-safe and leased), and per tool object otherwise (the ``local`` fallback, logged once).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 import time
 from dataclasses import dataclass
@@ -28,8 +34,14 @@ from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from verl.utils.reward_score.sandbox_fusion.utils import SUPPORTED_LANGUAGES
 
-from harness.ratelimit import ConcurrencyLimiter
+from harness.ratelimit import AsyncLimiter, ConcurrencyLimiter, LimiterConfig, open_limiter, ray_ready
+from harness.ratelimit import Outcome as CallOutcome
 from harness.tools.retry import RetryPolicy, retry_after_seconds
+
+log = logging.getLogger(__name__)
+
+#: The ``rate_limiter`` keys besides :class:`~harness.ratelimit.LimiterConfig`'s fields.
+LIMITER_KEYS = ("backend", "namespace", "redis_url")
 
 #: What verl 0.7.1 showed for any run that did not finish (timeout, compile error, sandbox or API error).
 NO_STDOUT = "no stdout here"
@@ -107,6 +119,7 @@ class SandboxFusionTool(BaseTool):
         self.num_workers = _positive_int(config, "num_workers", 10)
         self.rate_limit = _positive_int(config, "rate_limit", 10)
         self.enable_global_rate_limit = bool(config.get("enable_global_rate_limit", True))
+        self.limiter_backend, self.limiter_config, self.limiter_options = limiter_settings(config, self.rate_limit)
         self.default_timeout = float(config.get("default_timeout", 30))
         self.default_language = str(config.get("default_language", "python"))
         self.memory_limit_mb = int(config.get("memory_limit_mb", 1024))
@@ -116,7 +129,7 @@ class SandboxFusionTool(BaseTool):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
         self._workers: ConcurrencyLimiter | None = None
-        self._limiter: ConcurrencyLimiter | None = None
+        self._limiter: AsyncLimiter | None = None
 
     def _bind_loop(self) -> None:
         """aiohttp sessions and asyncio limiters belong to one event loop; rebuild them if the loop changed."""
@@ -126,8 +139,16 @@ class SandboxFusionTool(BaseTool):
         self._loop = loop
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         self._workers = ConcurrencyLimiter(self.num_workers)
-        # The in-flight cap: shared by every caller of this tool object (cluster-wide backends plug in here).
-        self._limiter = ConcurrencyLimiter(self.rate_limit) if self.enable_global_rate_limit else None
+        # The in-flight cap: cluster-wide (ray, redis) or shared by every caller of this tool object (local).
+        self._limiter = self._open_limiter() if self.enable_global_rate_limit else None
+
+    def _open_limiter(self) -> AsyncLimiter:
+        backend = self.limiter_backend
+        if backend == "auto":
+            backend = "ray" if ray_ready() else "local"
+            if backend == "local" and not _warned_local_fallback:
+                _note_local_fallback()
+        return open_limiter(self.limiter_config, backend, **self.limiter_options)
 
     async def create(self, instance_id: str | None = None, **kwargs: Any) -> tuple[str, ToolResponse]:
         instance_id = instance_id or str(uuid4())
@@ -206,9 +227,11 @@ class SandboxFusionTool(BaseTool):
         client_timeout = aiohttp.ClientTimeout(total=2 * timeout + 10)
         limiter = self._limiter
         permit = await limiter.acquire() if limiter is not None else None
+        outcome: CallOutcome = "error"
         try:
             async with self._session.post(self.url, json=payload, timeout=client_timeout) as response:
                 text = await response.text()
+                outcome = "ok" if response.status == 200 else "throttled" if response.status == 429 else "error"
                 if response.status != 200:
                     raise InfraFault(
                         f"HTTP {response.status}",
@@ -219,7 +242,8 @@ class SandboxFusionTool(BaseTool):
             raise InfraFault(f"{type(exc).__name__}: {exc}"[:200]) from None
         finally:
             if limiter is not None and permit is not None:
-                limiter.release(permit)
+                await limiter.release(permit)
+                await limiter.report(outcome)  # adaptive limiters shrink on 429; a no-op otherwise
         try:
             body = json.loads(text)
         except json.JSONDecodeError:
@@ -230,10 +254,57 @@ class SandboxFusionTool(BaseTool):
         self._instances.pop(instance_id, None)
 
     async def aclose(self) -> None:
+        if self._limiter is not None:
+            await self._limiter.aclose()
         if self._session is not None:
             await self._session.close()
             self._session = None
             self._loop = None
+
+
+_warned_local_fallback = False
+
+
+def _note_local_fallback() -> None:
+    global _warned_local_fallback
+    _warned_local_fallback = True
+    log.warning(
+        "SandboxFusionTool: Ray is not initialised in this process, so rate_limit caps each tool object "
+        "(rate_limiter backend 'local'), not the cluster; set rate_limiter.backend to ray or redis to share it"
+    )
+
+
+def limiter_settings(config: dict[str, Any], rate_limit: int) -> tuple[str, LimiterConfig, dict[str, Any]]:
+    """``(backend, limiter config, open_limiter options)`` from the tool config.
+
+    ``rate_limiter`` (optional mapping): ``backend`` (``auto`` (default): ``ray`` when Ray is initialised, else
+    ``local``; or ``local`` | ``ray`` | ``redis``), ``name``, ``limit`` (default ``rate_limit``),
+    ``rate_per_second``, ``burst``, ``lease_s``, ``adaptive`` (bool or mapping), ``namespace`` (ray),
+    ``redis_url`` (redis). The default name is ``sandbox-fusion-<limit>``: every tool of a cluster with the same
+    old-style ``rate_limit`` shares one limiter; give a ``name`` to share one explicitly (then a disagreeing
+    config is a :class:`~harness.ratelimit.LimiterConfigError`).
+    """
+    spec = config.get("rate_limiter") or {}
+    if not isinstance(spec, dict):
+        raise ValueError(f"tool config 'rate_limiter' must be a mapping, got {spec!r}")
+    spec = dict(spec)
+    backend = str(spec.pop("backend", "auto"))
+    if backend not in ("auto", "local", "ray", "redis"):
+        raise ValueError(f"rate_limiter.backend must be auto, local, ray or redis, got {backend!r}")
+    options: dict[str, Any] = {}
+    if "namespace" in spec:
+        options["namespace"] = spec.pop("namespace")
+    if "redis_url" in spec:
+        options["redis_url"] = spec.pop("redis_url")
+    if backend == "redis" and "redis_url" not in options:
+        raise ValueError("rate_limiter.backend redis needs rate_limiter.redis_url")
+    spec.setdefault("limit", rate_limit)
+    spec.setdefault("name", f"sandbox-fusion-{spec['limit']}")
+    try:
+        limiter_config = LimiterConfig.from_mapping(spec)
+    except (TypeError, RuntimeError) as exc:  # LimiterConfigError; keep the tool's ValueError contract
+        raise ValueError(f"tool config rate_limiter: {exc}") from None
+    return backend, limiter_config, options
 
 
 def _positive_int(config: dict[str, Any], key: str, default: int) -> int:

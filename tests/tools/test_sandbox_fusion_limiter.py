@@ -1,0 +1,162 @@
+"""SandboxFusionTool with the cluster-wide limiter plugged in: old verl 0.7.1 keys give a Ray-wide cap when Ray is
+up (else the documented per-object fallback), ``rate_limiter`` picks redis or local explicitly, adaptive mode
+shrinks on the sandbox's 429s. The emulator's journal gives the true in-flight maximum."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from emulator.journal import Journal
+
+pytest.importorskip("verl", reason="needs the [verl] extra")
+
+from harness.ratelimit import LocalLimiter
+from harness.tools.sandbox_fusion import SandboxFusionTool, limiter_settings
+
+RUN_CODE = "sandbox_fusion.run_code"
+FAST_RETRY = {"max_attempts": 4, "base_delay": 0.01, "max_delay": 0.05}
+
+
+@pytest.fixture(scope="module")
+def ray_up() -> Iterator[None]:
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():  # one cluster per session: reuse the one another module started
+        ray.init(num_cpus=2, include_dashboard=False, namespace="sandbox-emulator-tests", log_to_driver=False)
+    yield
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    pytest.importorskip("redis")
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (make test installs it with apt-get)")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise
+            time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}/0"
+    proc.terminate()
+    proc.wait(10)
+
+
+def make_tool(url: str, **config: Any) -> SandboxFusionTool:
+    return SandboxFusionTool({"sandbox_fusion_url": url, "type": "native", "retry": FAST_RETRY, **config})
+
+
+async def run_calls(tools: list[SandboxFusionTool], per_tool: int, sleep: float = 0.2) -> list[str | None]:
+    async def one(tool: SandboxFusionTool, i: int) -> str | None:
+        instance_id, _ = await tool.create()
+        response, _, _ = await tool.execute(instance_id, {"code": f"import time; time.sleep({sleep}); print({i})"})
+        await tool.release(instance_id)
+        return response.text
+
+    texts = await asyncio.gather(*(one(tool, i) for tool in tools for i in range(per_tool)))
+    for tool in tools:
+        await tool.aclose()
+    return list(texts)
+
+
+def test_old_keys_give_a_cluster_wide_cap_under_ray(
+    ray_up: None, sandbox_fusion_url: str, emulator_journal: Journal
+) -> None:
+    """Two tool objects (two rollout workers) with verl 0.7.1's keys share one cap of 2."""
+    name = f"sf-{uuid.uuid4().hex[:8]}"
+    limiter = {"name": name}
+    tools = [make_tool(sandbox_fusion_url, rate_limit=2, num_workers=8, rate_limiter=limiter) for _ in range(2)]
+    texts = asyncio.run(run_calls(tools, 4))
+    assert sorted(t or "" for t in texts) == sorted(f"{i}\n" for i in range(4) for _ in range(2))
+    assert emulator_journal.max_in_flight(RUN_CODE) == 2
+    from harness.ratelimit.ray_backend import kill
+
+    assert kill(name)
+    # Without a name: the default is one limiter per rate_limit value, shared the same way.
+    backend, config, _ = limiter_settings({"rate_limit": 7}, 7)
+    assert (backend, config.name, config.limit) == ("auto", "sandbox-fusion-7", 7)
+
+
+def test_local_fallback_without_ray(
+    sandbox_fusion_url: str,
+    emulator_journal: Journal,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No Ray in the process: ``rate_limit`` caps each tool object (logged once), as the docs say."""
+    import harness.tools.sandbox_fusion as sf
+
+    monkeypatch.setattr(sf, "ray_ready", lambda: False)
+    monkeypatch.setattr(sf, "_warned_local_fallback", False)
+    tool = make_tool(sandbox_fusion_url, rate_limit=2, num_workers=8)
+
+    async def main() -> tuple[Any, list[str | None]]:
+        tool._bind_loop()
+        limiter = tool._limiter
+        return limiter, await run_calls([tool], 5)
+
+    with caplog.at_level(logging.WARNING):
+        limiter, texts = asyncio.run(main())
+    assert isinstance(limiter, LocalLimiter)
+    assert texts == [f"{i}\n" for i in range(5)]
+    assert emulator_journal.max_in_flight(RUN_CODE) == 2
+    assert "Ray is not initialised" in caplog.text
+
+
+def test_redis_backend_shares_the_cap(redis_url: str, sandbox_fusion_url: str, emulator_journal: Journal) -> None:
+    limiter = {"backend": "redis", "redis_url": redis_url, "name": f"sf-{uuid.uuid4().hex[:8]}"}
+    tools = [make_tool(sandbox_fusion_url, rate_limit=3, num_workers=8, rate_limiter=limiter) for _ in range(2)]
+    texts = asyncio.run(run_calls(tools, 4))
+    assert len(texts) == 8 and all(t and t.endswith("\n") for t in texts)
+    assert emulator_journal.max_in_flight(RUN_CODE) == 3
+
+
+@pytest.mark.faults({"rules": [{"id": "throttle", "route": RUN_CODE, "attempts": "1", "fault": {"status": 429}}]})
+def test_adaptive_limiter_shrinks_on_429(sandbox_fusion_url: str) -> None:
+    adaptive = {"min_limit": 1, "cooldown_s": 0}
+    tool = make_tool(sandbox_fusion_url, rate_limit=4, rate_limiter={"backend": "local", "adaptive": adaptive})
+
+    async def main() -> tuple[Any, Any]:
+        instance_id, _ = await tool.create()
+        response, _, metrics = await tool.execute(instance_id, {"code": "print(1)"})
+        assert response.text == "1\n" and metrics["attempts"] == 2
+        assert tool._limiter is not None
+        stats = await tool._limiter.stats()
+        await tool.aclose()
+        return stats, metrics
+
+    stats, _ = asyncio.run(main())
+    assert (stats.throttled, stats.cap) == (1, 2)  # one 429 halved the cap; the retry's 200 is one "ok" of two
+
+
+def test_bad_limiter_config_is_a_clear_error() -> None:
+    url = "http://x/run_code"
+    with pytest.raises(ValueError, match="rate_limiter"):
+        SandboxFusionTool({"sandbox_fusion_url": url, "rate_limiter": {"backend": "zookeeper"}})
+    with pytest.raises(ValueError, match="redis_url"):
+        SandboxFusionTool({"sandbox_fusion_url": url, "rate_limiter": {"backend": "redis"}})
+    with pytest.raises(ValueError, match="unknown limiter config keys"):
+        SandboxFusionTool({"sandbox_fusion_url": url, "rate_limiter": {"colour": "red"}})
+    with pytest.raises(ValueError, match="rate_per_second"):
+        SandboxFusionTool({"sandbox_fusion_url": url, "rate_limiter": {"rate_per_second": -1}})
