@@ -33,9 +33,11 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 # Tests need verl, which needs torch: the CPU build 2.13.0 first, so no CUDA build is pulled in.
+# The limiter tests start their own Debian redis-server on a free loopback port: install it when missing.
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
+	command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null)
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev,verl,daytona,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,verl,daytona,bench,redis,ray]'
 	touch $@ $(VENV)/.demo-installed
 
 clean:
