@@ -180,6 +180,16 @@ class AsyncLimiter(abc.ABC):
     async def release(self, ticket: Ticket) -> None:
         """Give a ticket back; raises :class:`LimiterError` for a ticket not held (never adds capacity)."""
 
+    @property
+    @abc.abstractmethod
+    def held(self) -> int:
+        """Tickets held through this object now (for ``local``, the whole limiter; else this client's share)."""
+
+    @property
+    @abc.abstractmethod
+    def waiting(self) -> int:
+        """Callers waiting through this object now."""
+
     @abc.abstractmethod
     async def stats(self) -> LimiterStats:
         """Counters of the named limiter."""

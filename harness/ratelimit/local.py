@@ -126,6 +126,18 @@ class LocalLimiter(AsyncLimiter):
     async def _report(self, outcome: Outcome) -> None:
         self._driver.report(outcome)
 
+    @property
+    def held(self) -> int:
+        return self._core.held
+
+    @property
+    def waiting(self) -> int:
+        return self._core.waiting
+
+    @property
+    def max_held(self) -> int:
+        return self._core.max_held
+
     async def stats(self) -> LimiterStats:
         return self._core.stats()
 

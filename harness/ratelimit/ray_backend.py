@@ -165,6 +165,16 @@ class RayLimiter(AsyncLimiter):
     async def _report(self, outcome: Outcome) -> None:
         await self.actor.report.remote(outcome)
 
+    @property
+    def held(self) -> int:
+        """Tickets this client holds now (the whole limiter's count is in :meth:`stats`)."""
+        return len(self._held)
+
+    @property
+    def waiting(self) -> int:
+        """This client's callers waiting now."""
+        return len(self._waiting)
+
     async def stats(self) -> LimiterStats:
         return LimiterStats.from_dict(await self.actor.stats.remote())
 

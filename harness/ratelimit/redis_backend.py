@@ -400,6 +400,16 @@ class RedisLimiter(AsyncLimiter):
         await self.open()
         await self._call("report", outcome)
 
+    @property
+    def held(self) -> int:
+        """Tickets this client holds now (the whole limiter's count is in :meth:`stats`)."""
+        return len(self._held)
+
+    @property
+    def waiting(self) -> int:
+        """This client's callers waiting now."""
+        return len(self._waiting)
+
     async def stats(self) -> LimiterStats:
         await self.open()
         return parse_stats(self.config, await self._call("stats"))
