@@ -109,6 +109,7 @@ class RayLimiter(AsyncLimiter):
         self._actor: Any = None
         self._checked = False
         self._held: dict[str, Ticket] = {}
+        self._max_held = 0
         self._waiting: set[str] = set()
         self._heartbeat: asyncio.Task[None] | None = None
 
@@ -151,6 +152,7 @@ class RayLimiter(AsyncLimiter):
             raise LimiterError(f"acquire of {rid} on {self.name!r} ended as {result!r}")
         ticket = Ticket(self.name, rid, self.holder)
         self._held[rid] = ticket
+        self._max_held = max(self._max_held, len(self._held))
         return ticket
 
     async def release(self, ticket: Ticket) -> None:
@@ -174,6 +176,11 @@ class RayLimiter(AsyncLimiter):
     def waiting(self) -> int:
         """This client's callers waiting now."""
         return len(self._waiting)
+
+    @property
+    def max_held(self) -> int:
+        """The most tickets this client held at once."""
+        return self._max_held
 
     async def stats(self) -> LimiterStats:
         return LimiterStats.from_dict(await self.actor.stats.remote())

@@ -327,6 +327,7 @@ class RedisLimiter(AsyncLimiter):
         self._script = client.register_script(LUA)
         self._checked = False
         self._held: dict[str, Ticket] = {}
+        self._max_held = 0
         self._waiting: set[str] = set()
         self._wakers: set[asyncio.Future[bool]] = set()
         self._heartbeat: asyncio.Task[None] | None = None
@@ -371,6 +372,7 @@ class RedisLimiter(AsyncLimiter):
             raise LimiterError(f"acquire of {rid} on {self.name!r} ended as {state!r}")
         ticket = Ticket(self.name, rid, self.holder)
         self._held[rid] = ticket
+        self._max_held = max(self._max_held, len(self._held))
         return ticket
 
     async def _nap(self, delay: float) -> bool:
@@ -409,6 +411,11 @@ class RedisLimiter(AsyncLimiter):
     def waiting(self) -> int:
         """This client's callers waiting now."""
         return len(self._waiting)
+
+    @property
+    def max_held(self) -> int:
+        """The most tickets this client held at once."""
+        return self._max_held
 
     async def stats(self) -> LimiterStats:
         await self.open()
