@@ -39,9 +39,18 @@ def tool_yaml(tmp_path: Path, sandbox_fusion_url: str) -> Callable[..., Path]:
 
 @pytest.fixture(scope="session")
 def ray_session() -> Iterator[dict[str, str]]:
-    """One local Ray cluster per test session (the same init as ``tests/ratelimit``; reused if one is running)."""
+    """One local Ray cluster per test session (reused if this process already started one, e.g. ``tests/ratelimit``).
+
+    ``address="local"`` always starts a private cluster: a plain ``ray.init()`` would attach to any other Ray
+    running on the machine (another test run, a CI neighbour) and then fail on ``num_cpus``."""
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, namespace="sandbox-emulator-tests", log_to_driver=False)
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            namespace="sandbox-emulator-tests",
+            log_to_driver=False,
+        )
     context = ray.get_runtime_context()
     yield {"address": context.gcs_address, "namespace": context.namespace}
