@@ -32,6 +32,9 @@ def tool_yaml(tmp_path: Path, sandbox_fusion_url: str) -> Callable[..., Path]:
 
     def make(name: str = "tools.yaml", **config: Any) -> Path:
         config.setdefault("retry", FAST_RETRY)
+        # Pinned to the per-tool-object limiter: the tool's default (auto) would switch to a cluster-wide Ray limiter
+        # whenever an earlier test of the session started Ray. The batch case also runs with backend ray.
+        config.setdefault("rate_limiter", {"backend": "local"})
         return write_tool_config(tmp_path / name, base=EXAMPLE_TOOL_YAML, url=sandbox_fusion_url, **config)
 
     return make

@@ -8,7 +8,7 @@ for the real outputs, exact masks and no leaked sandbox (the emulator's Daytona 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,7 @@ def _yaml(tmp_path: Path, daytona_config: Any, **config: Any) -> Path:
     return path
 
 
-def _run(path: Path, tokenizer: Any, scripts: dict[str, Sequence[str]]) -> list[AgentLoopOutput]:
+def _run(path: Path, tokenizer: Any, scripts: Mapping[str, Sequence[str]]) -> list[AgentLoopOutput]:
     async def main() -> list[AgentLoopOutput]:
         tools = load_tools(path)
         server = ScriptedServerManager(tokenizer, ScriptBook(scripts), prompt_length=1024, response_length=1024)

@@ -22,6 +22,7 @@ pytest.importorskip("verl", reason="needs the [verl] extra")
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
 from emulator.journal import Journal
+from harness.ratelimit import LimiterStats
 from harness.rollout import (
     ScriptBook,
     ScriptedServerManager,
@@ -60,8 +61,8 @@ def _expected(i: int) -> list[str]:
     return [f"{i + 1000}\n", f"job {i}\n"]
 
 
-def _run_batch(tool_path: Path, tokenizer: Any) -> tuple[list[AgentLoopOutput], SandboxFusionTool]:
-    async def main() -> tuple[list[AgentLoopOutput], SandboxFusionTool]:
+def _run_batch(tool_path: Path, tokenizer: Any) -> tuple[list[AgentLoopOutput], SandboxFusionTool, LimiterStats]:
+    async def main() -> tuple[list[AgentLoopOutput], SandboxFusionTool, LimiterStats]:
         tools = load_tools(tool_path)
         server = ScriptedServerManager(
             tokenizer,
@@ -80,11 +81,12 @@ def _run_batch(tool_path: Path, tokenizer: Any) -> tuple[list[AgentLoopOutput], 
                     for i in range(TRAJECTORIES)
                 )
             )
+            tool = tools[0]
+            assert isinstance(tool, SandboxFusionTool) and tool._limiter is not None
+            stats = await tool._limiter.stats()
         finally:
             await close_tools(tools)
-        tool = tools[0]
-        assert isinstance(tool, SandboxFusionTool)
-        return list(outputs), tool
+        return list(outputs), tool, stats
 
     return asyncio.run(main())
 
@@ -118,7 +120,7 @@ def test_recovery_from_failing_executions(
     fault: str, tool_yaml: Callable[..., Path], tiny_tokenizer: Any, emulator_journal: Journal
 ) -> None:
     """Attempts 1 and 2 of every call fail, attempt 3 succeeds: every trajectory completes with the real outputs."""
-    outputs, tool = _run_batch(tool_yaml(rate_limit=3), tiny_tokenizer)
+    outputs, tool, stats = _run_batch(tool_yaml(rate_limit=3), tiny_tokenizer)
     for i, output in enumerate(outputs):
         seen = observations(output, tiny_tokenizer)
         assert seen == _expected(i), f"trajectory {i}"
@@ -132,7 +134,7 @@ def test_recovery_from_failing_executions(
         assert [(a, f is not None) for a, f, _ in tries] == [(1, True), (2, True), (3, False)], key
         assert tries[-1][2] == 200
     assert emulator_journal.max_in_flight(RUN_CODE) <= 3  # retries stay under the rate limit
-    assert tool._limiter is not None and tool._limiter.held == 0  # every failed attempt gave its permit back
+    assert (stats.held, stats.acquires) == (0, stats.releases)  # every failed attempt gave its permit back
     assert tool._instances == {}
 
 
@@ -142,7 +144,7 @@ def test_recovery_budget_spent_shows_infra_observation(
 ) -> None:
     """Every attempt fails: the loop still completes, and the model sees the documented infrastructure observation,
     not ``no stdout here`` (what verl 0.7.1 showed) and not the gateway page."""
-    outputs, tool = _run_batch(tool_yaml(rate_limit=3), tiny_tokenizer)
+    outputs, _, stats = _run_batch(tool_yaml(rate_limit=3), tiny_tokenizer)
     infra = INFRA_FAULT_OBSERVATION.format(reason="HTTP 504")
     for output in outputs:
         assert observations(output, tiny_tokenizer) == [infra, infra]
@@ -151,4 +153,4 @@ def test_recovery_budget_spent_shows_infra_observation(
     assert len(attempts) == 2 * TRAJECTORIES
     for tries in attempts.values():
         assert tries == [(a, "status", 504) for a in range(1, MAX_ATTEMPTS + 1)]  # the whole budget, no more
-    assert tool._limiter is not None and tool._limiter.held == 0
+    assert (stats.held, stats.acquires, stats.releases) == (0, 4 * 2 * TRAJECTORIES, 4 * 2 * TRAJECTORIES)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ pytest.importorskip("verl", reason="needs the [verl] extra")
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
 from emulator.journal import Journal
+from harness.ratelimit import LimiterStats
 from harness.rollout import (
     ScriptBook,
     ScriptedServerManager,
@@ -62,15 +64,30 @@ def _script(i: int) -> list[str]:
     ]
 
 
+@pytest.fixture(params=["local", pytest.param("ray", marks=pytest.mark.slow)])
+def limiter_spec(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
+    """``local``: the tool object's own limiter; ``ray``: the cluster-wide named Ray actor (a fresh name)."""
+    if request.param == "local":
+        yield {"backend": "local"}
+        return
+    session = request.getfixturevalue("ray_session")
+    from harness.ratelimit.ray_backend import kill
+
+    name = f"plan-batch-{uuid.uuid4().hex[:8]}"
+    yield {"backend": "ray", "name": name}
+    kill(name, namespace=session["namespace"])
+
+
 def test_tool_call_batch_case(
+    limiter_spec: dict[str, Any],
     tool_yaml: Callable[..., Path],
     tiny_tokenizer: Any,
     emulator_journal: Journal,
     record_property: Callable[[str, object], None],
 ) -> None:
-    path = tool_yaml(rate_limit=RATE_LIMIT, num_workers=10)
+    path = tool_yaml(rate_limit=RATE_LIMIT, num_workers=10, rate_limiter=limiter_spec)
 
-    async def main() -> tuple[list[AgentLoopOutput], ScriptedServerManager, SandboxFusionTool, float]:
+    async def main() -> tuple[list[AgentLoopOutput], ScriptedServerManager, SandboxFusionTool, float, LimiterStats]:
         tools = load_tools(path)  # one tool object shared by every trajectory, as in an AgentLoopWorker
         book = ScriptBook({_tag(i): _script(i) for i in range(BATCH)})
         server = ScriptedServerManager(tiny_tokenizer, book, prompt_length=1024, response_length=1024)
@@ -84,14 +101,16 @@ def test_tool_call_batch_case(
                     for i, loop in enumerate(loops)
                 )
             )
+            elapsed = time.perf_counter() - started
+            tool = tools[0]
+            assert isinstance(tool, SandboxFusionTool) and tool._limiter is not None
+            assert tool._limiter.backend == limiter_spec["backend"]
+            stats = await tool._limiter.stats()
         finally:
             await close_tools(tools)
-        elapsed = time.perf_counter() - started
-        tool = tools[0]
-        assert isinstance(tool, SandboxFusionTool)
-        return list(outputs), server, tool, elapsed
+        return list(outputs), server, tool, elapsed, stats
 
-    outputs, server, tool, elapsed = asyncio.run(main())
+    outputs, server, tool, elapsed, stats = asyncio.run(main())
     rate = BATCH / elapsed
     record_property("trajectories_per_s", round(rate, 1))
     print(
@@ -118,5 +137,5 @@ def test_tool_call_batch_case(
     # The tool's rate_limit held; and it was the binding constraint (100 trajectories wanted more at once).
     peak = emulator_journal.max_in_flight("sandbox_fusion.run_code")
     assert 1 < peak <= RATE_LIMIT
-    assert tool._limiter is not None and tool._limiter.max_held == RATE_LIMIT and tool._limiter.held == 0
+    assert (stats.max_held, stats.held, stats.acquires, stats.releases) == (RATE_LIMIT, 0, 2 * BATCH, 2 * BATCH)
     assert tool._instances == {}
