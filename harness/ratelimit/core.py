@@ -136,7 +136,9 @@ class LimiterCore:
             rid, holder = self._queue.popitem(last=False)
             if self.config.rate_per_second is not None:
                 self._tokens -= 1.0
-            self._held[rid] = _Lease(holder, now + self.config.lease_s, now)
+            # The lease runs from the holder's last sign of life, not from the grant: a request granted after its
+            # holder went silent must not win a fresh lease.
+            self._held[rid] = _Lease(holder, min(now, self._seen.get(holder, now)) + self.config.lease_s, now)
             self.acquires += 1
             self.max_held = max(self.max_held, len(self._held))
             self.journal.append((now, "grant", rid, len(self._held)))

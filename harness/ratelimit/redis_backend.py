@@ -111,9 +111,11 @@ local function pump()
     local head = redis.call('ZRANGE', queue, 0, 0)
     if #head == 0 then break end
     local rid = head[1]
+    -- the lease runs from the holder's last sign of life (the queued deadline), not from the grant
+    local deadline = tonumber(redis.call('ZSCORE', qexp, rid) or (now + lease))
     redis.call('ZREM', queue, rid)
     redis.call('ZREM', qexp, rid)
-    redis.call('ZADD', held, now + lease, rid)
+    redis.call('ZADD', held, math.min(deadline, now + lease), rid)
     if rate then tokens = tokens - 1 end
     n = n + 1
     redis.call('HINCRBY', state, 'acquires', 1)

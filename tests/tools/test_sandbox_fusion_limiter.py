@@ -31,7 +31,13 @@ FAST_RETRY = {"max_attempts": 4, "base_delay": 0.01, "max_delay": 0.05}
 def ray_up() -> Iterator[None]:
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():  # one cluster per session: reuse the one another module started
-        ray.init(num_cpus=2, include_dashboard=False, namespace="sandbox-emulator-tests", log_to_driver=False)
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            namespace="sandbox-emulator-tests",
+            log_to_driver=False,
+        )
     yield
 
 
