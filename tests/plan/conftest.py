@@ -5,7 +5,7 @@ verl is imported lazily (inside fixtures) so that a checkout without the ``[verl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,22 +38,3 @@ def tool_yaml(tmp_path: Path, sandbox_fusion_url: str) -> Callable[..., Path]:
         return write_tool_config(tmp_path / name, base=EXAMPLE_TOOL_YAML, url=sandbox_fusion_url, **config)
 
     return make
-
-
-@pytest.fixture(scope="session")
-def ray_session() -> Iterator[dict[str, str]]:
-    """One local Ray cluster per test session (reused if this process already started one, e.g. ``tests/ratelimit``).
-
-    ``address="local"`` always starts a private cluster: a plain ``ray.init()`` would attach to any other Ray
-    running on the machine (another test run, a CI neighbour) and then fail on ``num_cpus``."""
-    ray = pytest.importorskip("ray")
-    if not ray.is_initialized():
-        ray.init(
-            address="local",
-            num_cpus=2,
-            include_dashboard=False,
-            namespace="sandbox-emulator-tests",
-            log_to_driver=False,
-        )
-    context = ray.get_runtime_context()
-    yield {"address": context.gcs_address, "namespace": context.namespace}

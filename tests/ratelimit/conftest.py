@@ -16,24 +16,6 @@ import pytest
 BACKENDS = ["local", "ray", "fakeredis", "redis"]
 
 
-@pytest.fixture(scope="session")
-def ray_session() -> Iterator[dict[str, str]]:
-    """A private local Ray cluster (``address="local"``: never another Ray on the machine) once per session.
-
-    Never shut down here, so a later test module of the same session reuses it (Ray's own atexit hook stops it)."""
-    ray = pytest.importorskip("ray")
-    if not ray.is_initialized():
-        ray.init(
-            address="local",
-            num_cpus=2,
-            include_dashboard=False,
-            namespace="sandbox-emulator-tests",
-            log_to_driver=False,
-        )
-    context = ray.get_runtime_context()
-    yield {"address": context.gcs_address, "namespace": context.namespace}
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

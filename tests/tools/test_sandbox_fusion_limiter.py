@@ -28,20 +28,6 @@ FAST_RETRY = {"max_attempts": 4, "base_delay": 0.01, "max_delay": 0.05}
 
 
 @pytest.fixture(scope="module")
-def ray_up() -> Iterator[None]:
-    ray = pytest.importorskip("ray")
-    if not ray.is_initialized():  # one cluster per session: reuse the one another module started
-        ray.init(
-            address="local",
-            num_cpus=2,
-            include_dashboard=False,
-            namespace="sandbox-emulator-tests",
-            log_to_driver=False,
-        )
-    yield
-
-
-@pytest.fixture(scope="module")
 def redis_url() -> Iterator[str]:
     pytest.importorskip("redis")
     binary = shutil.which("redis-server")
@@ -87,7 +73,7 @@ async def run_calls(tools: list[SandboxFusionTool], per_tool: int, sleep: float 
 
 
 def test_old_keys_give_a_cluster_wide_cap_under_ray(
-    ray_up: None, sandbox_fusion_url: str, emulator_journal: Journal
+    ray_session: dict[str, str], sandbox_fusion_url: str, emulator_journal: Journal
 ) -> None:
     """Two tool objects (two rollout workers) with verl 0.7.1's keys share one cap of 2."""
     name = f"sf-{uuid.uuid4().hex[:8]}"
