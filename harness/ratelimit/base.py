@@ -219,3 +219,32 @@ class AsyncLimiter(abc.ABC):
 
 def _posint(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+class RemoteLimiter(AsyncLimiter):
+    """A client of a limiter that lives elsewhere (a Ray actor, Redis): it tracks its own share of tickets.
+
+    ``held``, ``waiting`` and ``max_held`` are this client's share (sync, for inspection); the whole limiter's
+    counts come from :meth:`stats`.
+    """
+
+    def __init__(self, config: LimiterConfig) -> None:
+        super().__init__(config)
+        self._held: dict[str, Ticket] = {}
+        self._max_held = 0
+        self._waiting: set[str] = set()
+
+    @property
+    def held(self) -> int:
+        """Tickets this client holds now (the whole limiter's count is in :meth:`stats`)."""
+        return len(self._held)
+
+    @property
+    def waiting(self) -> int:
+        """This client's callers waiting now."""
+        return len(self._waiting)
+
+    @property
+    def max_held(self) -> int:
+        """The most tickets this client held at once."""
+        return self._max_held

@@ -20,12 +20,12 @@ from uuid import uuid4
 import ray
 
 from harness.ratelimit.base import (
-    AsyncLimiter,
     LimiterConfig,
     LimiterConfigError,
     LimiterError,
     LimiterStats,
     Outcome,
+    RemoteLimiter,
     Ticket,
 )
 from harness.ratelimit.core import CoreDriver, LimiterCore, stats_dict
@@ -96,7 +96,7 @@ def get_actor(config: LimiterConfig, *, namespace: str | None = None, detached: 
     return RemoteLimiterActor.options(**options).remote(config.to_dict())
 
 
-class RayLimiter(AsyncLimiter):
+class RayLimiter(RemoteLimiter):
     """A client of the named limiter actor; one holder (heartbeats cover all its tickets)."""
 
     backend = "ray"
@@ -108,9 +108,6 @@ class RayLimiter(AsyncLimiter):
         self.holder = uuid4().hex
         self._actor: Any = None
         self._checked = False
-        self._held: dict[str, Ticket] = {}
-        self._max_held = 0
-        self._waiting: set[str] = set()
         self._heartbeat: asyncio.Task[None] | None = None
 
     @property
@@ -166,21 +163,6 @@ class RayLimiter(AsyncLimiter):
 
     async def _report(self, outcome: Outcome) -> None:
         await self.actor.report.remote(outcome)
-
-    @property
-    def held(self) -> int:
-        """Tickets this client holds now (the whole limiter's count is in :meth:`stats`)."""
-        return len(self._held)
-
-    @property
-    def waiting(self) -> int:
-        """This client's callers waiting now."""
-        return len(self._waiting)
-
-    @property
-    def max_held(self) -> int:
-        """The most tickets this client held at once."""
-        return self._max_held
 
     async def stats(self) -> LimiterStats:
         return LimiterStats.from_dict(await self.actor.stats.remote())

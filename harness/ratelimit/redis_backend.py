@@ -21,12 +21,12 @@ from typing import Any
 from uuid import uuid4
 
 from harness.ratelimit.base import (
-    AsyncLimiter,
     LimiterConfig,
     LimiterConfigError,
     LimiterError,
     LimiterStats,
     Outcome,
+    RemoteLimiter,
     Ticket,
 )
 
@@ -295,7 +295,7 @@ def parse_stats(config: LimiterConfig, raw: str) -> LimiterStats:
     )
 
 
-class RedisLimiter(AsyncLimiter):
+class RedisLimiter(RemoteLimiter):
     """A client of the named limiter stored in Redis; one holder (its heartbeats cover all its tickets)."""
 
     backend = "redis"
@@ -328,9 +328,6 @@ class RedisLimiter(AsyncLimiter):
         self.holder = uuid4().hex
         self._script = client.register_script(LUA)
         self._checked = False
-        self._held: dict[str, Ticket] = {}
-        self._max_held = 0
-        self._waiting: set[str] = set()
         self._wakers: set[asyncio.Future[bool]] = set()
         self._heartbeat: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -403,21 +400,6 @@ class RedisLimiter(AsyncLimiter):
     async def _report(self, outcome: Outcome) -> None:
         await self.open()
         await self._call("report", outcome)
-
-    @property
-    def held(self) -> int:
-        """Tickets this client holds now (the whole limiter's count is in :meth:`stats`)."""
-        return len(self._held)
-
-    @property
-    def waiting(self) -> int:
-        """This client's callers waiting now."""
-        return len(self._waiting)
-
-    @property
-    def max_held(self) -> int:
-        """The most tickets this client held at once."""
-        return self._max_held
 
     async def stats(self) -> LimiterStats:
         await self.open()
