@@ -3,12 +3,16 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit bench clean
+# verl 0.7.1, the last release with its own SandboxFusionTool, lives in a second environment for the reference run.
+VENV071 := .venv-071
+BIN071 := $(VENV071)/bin
+
+.PHONY: demo test lint typecheck unit test-verl071 bench clean
 
 demo: $(VENV)/.demo-installed
 	$(BIN)/python -m harness.demo
 
-test: $(VENV)/.test-installed lint typecheck unit
+test: $(VENV)/.test-installed lint typecheck unit test-verl071
 
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check emulator harness tests
@@ -18,7 +22,11 @@ typecheck: $(VENV)/.test-installed
 	$(BIN)/mypy
 
 unit: $(VENV)/.test-installed
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --ignore=tests/reference_v071
+
+# The reference run: only tests/reference_v071, against verl 0.7.1's own SandboxFusionTool (docs/unit-plan.md).
+test-verl071: $(VENV071)/.installed
+	$(BIN071)/python -m pytest -q tests/reference_v071
 
 bench: $(VENV)/.test-installed
 	$(BIN)/sandbox-emulator bench
@@ -40,5 +48,15 @@ $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev,verl,daytona,bench,redis,ray]'
 	touch $@ $(VENV)/.demo-installed
 
+# verl 0.7.1 pins numpy<2 but not pyarrow, whose newest needs NumPy 2: pyarrow is pinned below 22.
+$(VENV071)/.installed: pyproject.toml
+	rm -rf $(VENV071)
+	$(PYTHON) -m venv $(VENV071)
+	$(BIN071)/python -m pip install --quiet --upgrade pip
+	$(BIN071)/python -m pip install --quiet torch==2.13.0
+	$(BIN071)/python -m pip install --quiet -e . pytest pytest-timeout hypothesis requests \
+		'verl==0.7.1' ray cachetools 'numpy<2' 'pyarrow>=19,<22'
+	touch $@
+
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VENV071) build *.egg-info .mypy_cache .ruff_cache .hypothesis
