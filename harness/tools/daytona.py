@@ -31,9 +31,14 @@ from uuid import uuid4
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
-from harness.ratelimit import ConcurrencyLimiter
+from harness.ratelimit import AsyncLimiter, Outcome
 from harness.tools.retry import RetryPolicy, retry_after_seconds
-from harness.tools.sandbox_fusion import DEFAULT_SCHEMA, INFRA_FAULT_OBSERVATION
+from harness.tools.sandbox_fusion import (
+    DEFAULT_SCHEMA,
+    INFRA_FAULT_OBSERVATION,
+    limiter_settings,
+    open_tool_limiter,
+)
 
 #: What the model sees when its program ran past the timeout (the interpreter context is then reset).
 TIMEOUT_OBSERVATION = "Execution timed out after {timeout:g} seconds."
@@ -84,6 +89,9 @@ class DaytonaTool(BaseTool):
         self.organization_id = config.get("organization_id")
         self.rate_limit = _positive_int(config, "rate_limit", 32)
         self.enable_global_rate_limit = bool(config.get("enable_global_rate_limit", True))
+        self.limiter_backend, self.limiter_config, self.limiter_options = limiter_settings(
+            config, self.rate_limit, default_prefix="daytona"
+        )
         self.create_timeout = float(config.get("create_timeout", 60))
         self.default_timeout = float(config.get("default_timeout", 30))
         self.delete_timeout = float(config.get("delete_timeout", 60))
@@ -106,7 +114,7 @@ class DaytonaTool(BaseTool):
         self._rng = random.Random()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: Any = None
-        self._limiter: ConcurrencyLimiter | None = None
+        self._limiter: AsyncLimiter | None = None
         self._calls: dict[str, _Slot] = {}  # instance id -> sandbox (call scope)
         self._trajectories: dict[str, _Slot] = {}  # request id -> sandbox (trajectory scope)
         self._creating: dict[str, asyncio.Future[_Slot]] = {}
@@ -126,7 +134,13 @@ class DaytonaTool(BaseTool):
         kwargs.update({"target": self.target, "organization_id": self.organization_id})
         self._client = AsyncDaytona(DaytonaConfig(**{k: v for k, v in kwargs.items() if v}))
         self._loop = loop
-        self._limiter = ConcurrencyLimiter(self.rate_limit) if self.enable_global_rate_limit else None
+        # The in-flight cap on SDK calls: cluster-wide (ray, redis) or per tool object (local); see the
+        # ``rate_limiter`` keys of the Sandbox Fusion tool, which this tool shares.
+        self._limiter = (
+            open_tool_limiter(self.limiter_backend, self.limiter_config, self.limiter_options)
+            if self.enable_global_rate_limit
+            else None
+        )
 
     async def _limited(self, make: Any) -> Any:
         """Run one SDK call under the in-flight cap, mapping service failures to :class:`_Infra`."""
@@ -134,12 +148,17 @@ class DaytonaTool(BaseTool):
 
         limiter = self._limiter
         permit = await limiter.acquire() if limiter is not None else None
+        outcome: Outcome = "error"
         try:
-            return await make()
+            result = await make()
+            outcome = "ok"
+            return result
         except DaytonaTimeoutError:
+            outcome = "ok"  # the program ran too long: not the service's fault
             raise
         except DaytonaError as exc:
             status = getattr(exc, "status_code", None)
+            outcome = "throttled" if status == 429 else "error"
             headers = {str(k): str(v) for k, v in (getattr(exc, "headers", None) or {}).items()}
             retryable = status is None or status in self.retry.retry_statuses
             reason = f"HTTP {status}" if status is not None else type(exc).__name__
@@ -148,7 +167,8 @@ class DaytonaTool(BaseTool):
             raise _Infra(f"{type(exc).__name__}: {exc}"[:200]) from None
         finally:
             if limiter is not None and permit is not None:
-                limiter.release(permit)
+                await limiter.release(permit)
+                await limiter.report(outcome)  # adaptive limiters shrink on 429; a no-op otherwise
 
     async def _with_retries(self, make: Any) -> Any:
         attempt = 0
@@ -327,6 +347,8 @@ class DaytonaTool(BaseTool):
         if self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
         await self._client.close()
+        if self._limiter is not None:
+            await self._limiter.aclose()
         self._client = None
         self._loop = None
 

@@ -143,12 +143,7 @@ class SandboxFusionTool(BaseTool):
         self._limiter = self._open_limiter() if self.enable_global_rate_limit else None
 
     def _open_limiter(self) -> AsyncLimiter:
-        backend = self.limiter_backend
-        if backend == "auto":
-            backend = "ray" if ray_ready() else "local"
-            if backend == "local" and not _warned_local_fallback:
-                _note_local_fallback()
-        return open_limiter(self.limiter_config, backend, **self.limiter_options)
+        return open_tool_limiter(self.limiter_backend, self.limiter_config, self.limiter_options)
 
     async def create(self, instance_id: str | None = None, **kwargs: Any) -> tuple[str, ToolResponse]:
         instance_id = instance_id or str(uuid4())
@@ -269,18 +264,29 @@ def _note_local_fallback() -> None:
     global _warned_local_fallback
     _warned_local_fallback = True
     log.warning(
-        "SandboxFusionTool: Ray is not initialised in this process, so rate_limit caps each tool object "
+        "Ray is not initialised in this process, so a tool's rate_limit caps each tool object "
         "(rate_limiter backend 'local'), not the cluster; set rate_limiter.backend to ray or redis to share it"
     )
 
 
-def limiter_settings(config: dict[str, Any], rate_limit: int) -> tuple[str, LimiterConfig, dict[str, Any]]:
+def open_tool_limiter(backend: str, config: LimiterConfig, options: dict[str, Any]) -> AsyncLimiter:
+    """The tool's in-flight limiter; ``auto`` means Ray when this process is connected to Ray, else local."""
+    if backend == "auto":
+        backend = "ray" if ray_ready() else "local"
+        if backend == "local" and not _warned_local_fallback:
+            _note_local_fallback()
+    return open_limiter(config, backend, **options)
+
+
+def limiter_settings(
+    config: dict[str, Any], rate_limit: int, default_prefix: str = "sandbox-fusion"
+) -> tuple[str, LimiterConfig, dict[str, Any]]:
     """``(backend, limiter config, open_limiter options)`` from the tool config.
 
     ``rate_limiter`` (optional mapping): ``backend`` (``auto`` (default): ``ray`` when Ray is initialised, else
     ``local``; or ``local`` | ``ray`` | ``redis``), ``name``, ``limit`` (default ``rate_limit``),
     ``rate_per_second``, ``burst``, ``lease_s``, ``adaptive`` (bool or mapping), ``namespace`` (ray),
-    ``redis_url`` (redis). The default name is ``sandbox-fusion-<limit>``: every tool of a cluster with the same
+    ``redis_url`` (redis). The default name is ``<default_prefix>-<limit>``: every tool of a cluster with the same
     old-style ``rate_limit`` shares one limiter; give a ``name`` to share one explicitly (then a disagreeing
     config is a :class:`~harness.ratelimit.LimiterConfigError`).
     """
@@ -299,7 +305,7 @@ def limiter_settings(config: dict[str, Any], rate_limit: int) -> tuple[str, Limi
     if backend == "redis" and "redis_url" not in options:
         raise ValueError("rate_limiter.backend redis needs rate_limiter.redis_url")
     spec.setdefault("limit", rate_limit)
-    spec.setdefault("name", f"sandbox-fusion-{spec['limit']}")
+    spec.setdefault("name", f"{default_prefix}-{spec['limit']}")
     try:
         limiter_config = LimiterConfig.from_mapping(spec)
     except (TypeError, RuntimeError) as exc:  # LimiterConfigError; keep the tool's ValueError contract

@@ -55,6 +55,9 @@ INTERPRETER = "daytona.interpreter.execute"
 
 def _yaml(tmp_path: Path, daytona_config: Any, **config: Any) -> Path:
     config.setdefault("retry", FAST_RETRY)
+    # Pinned to the per-tool-object limiter, as the Sandbox Fusion items: the default (auto) would switch to a
+    # cluster-wide Ray limiter whenever an earlier test of the session started Ray.
+    config.setdefault("rate_limiter", {"backend": "local"})
     path = write_tool_config(tmp_path / "daytona.yaml", base=EXAMPLE, **config)
     text = path.read_text()
     # The example points at a default local emulator; point it at this test's one.

@@ -7,6 +7,7 @@ import asyncio
 import gc
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import pytest
 import yaml
@@ -37,6 +38,8 @@ def make_tool(server: EmulatorServer, **config: Any) -> DaytonaTool:
         "api_url": server.url + "/api",
         "api_key": server.emulator.config.daytona.api_key,
         "retry": FAST_RETRY,
+        # Pinned: the default (auto) would use a cluster-wide Ray limiter whenever an earlier test started Ray.
+        "rate_limiter": {"backend": "local"},
     }
     return DaytonaTool({**base, **config})
 
@@ -175,6 +178,35 @@ def test_many_calls_respect_the_rate_limit(sandbox_emulator: EmulatorServer) -> 
 
     assert asyncio.run(main()) == [f"{i}\n" for i in range(24)]
     assert sandbox_emulator.emulator.journal.max_in_flight("daytona") <= 4
+    assert leaked(sandbox_emulator) == []
+
+
+def test_cluster_wide_limiter_caps_two_tool_objects(sandbox_emulator: EmulatorServer, ray_session: Any) -> None:
+    """Two tool objects (two rollout workers) share one Ray limiter: together never more than its limit in flight."""
+    name = f"daytona-test-{uuid4().hex[:8]}"
+    limiter = {"backend": "ray", "name": name, "limit": 3}
+    tools = [make_tool(sandbox_emulator, rate_limit=3, rate_limiter=limiter) for _ in range(2)]
+
+    async def main() -> list[str | None]:
+        async def one(tool: DaytonaTool, i: int) -> str | None:
+            instance_id, _ = await tool.create()
+            response, _, _ = await tool.execute(instance_id, {"code": f"print({i})"})
+            await tool.release(instance_id)
+            return response.text
+
+        texts = await asyncio.gather(*(one(tools[i % 2], i) for i in range(16)))
+        for tool in tools:
+            await tool.aclose()
+        return list(texts)
+
+    assert asyncio.run(main()) == [f"{i}\n" for i in range(16)]
+    entries = sandbox_emulator.emulator.journal.entries("daytona")
+    events = sorted([(e.started, 1) for e in entries] + [(e.finished or 0.0, -1) for e in entries])
+    current = peak = 0
+    for _, delta in events:
+        current += delta
+        peak = max(peak, current)
+    assert peak <= 3  # across both tool objects and every Daytona route
     assert leaked(sandbox_emulator) == []
 
 
