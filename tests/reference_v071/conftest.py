@@ -106,3 +106,14 @@ def make_tools(ray_cluster: str, tmp_path: Path, sandbox_fusion_url: str) -> Ite
     for tool in made:
         ray.kill(tool.execution_pool)
     kill_limiter()
+
+
+@pytest.fixture
+def fresh_limiter(ray_cluster: str) -> Iterator[dict[str, str]]:
+    """No "rate-limiter" actor before or after the test; gives the session cluster's ``address`` and ``namespace``
+    (for driver processes attached to it)."""
+    import ray
+
+    kill_limiter()
+    yield {"address": ray.get_runtime_context().gcs_address, "namespace": ray_cluster}
+    kill_limiter()
