@@ -132,13 +132,20 @@ def test_cancelled_trajectories_leak_nothing(sandbox_emulator: EmulatorServer) -
             await tool.execute(instance_id, parameters, agent_data=agent_data)
 
         tasks = [asyncio.create_task(trajectory(i)) for i in range(6)]
-        await asyncio.sleep(0.5)
+        # Cancel while every trajectory's program is running: wait (no fixed delay) until the journal shows all six
+        # interpreter executions in flight.
+        journal = sandbox_emulator.emulator.journal
+        deadline = asyncio.get_running_loop().time() + 30
+        while journal.in_flight("daytona.interpreter.execute") < 6:
+            assert asyncio.get_running_loop().time() < deadline, "the six programs never all started"
+            await asyncio.sleep(0.01)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await tool.aclose()
 
     asyncio.run(main())
+    assert len(sandbox_emulator.emulator.daytona_report().sandboxes) == 6
     assert leaked(sandbox_emulator) == []
 
 

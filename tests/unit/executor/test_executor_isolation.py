@@ -47,6 +47,18 @@ def _wait_gone(pids: list[int], within: float = 2.0) -> bool:
     return False
 
 
+async def _until_child_of(zygote_pid: int | None, within: float = 10.0) -> None:
+    """Wait (polling /proc, no fixed delay) until the zygote has a live child: the program has started."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if any(
+            p.isdigit() and _parent(int(p)) == zygote_pid and not _is_zombie(int(p)) for p in os.listdir("/proc")
+        ):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no program started under zygote {zygote_pid} within {within} s")
+
+
 def _is_zombie(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -211,7 +223,7 @@ def test_fork_bomb_does_not_starve_concurrent_runs(runner: Runner) -> None:
 
     async def scenario() -> list[ExecutionResult]:
         bomb = asyncio.ensure_future(runner.arun("import os\nwhile True:\n    os.fork()\n", timeout=2))
-        await asyncio.sleep(0.5)
+        await _until_child_of(runner.executor.zygote_pid)
         code = "import subprocess, threading\nt = threading.Thread(target=print)\nt.start(); t.join()\n"
         code += "print(subprocess.run(['echo', 'ok'], capture_output=True, text=True).stdout, end='')"
         neighbours = [result for result, _ in await asyncio.gather(*(runner.arun(code) for _ in range(4)))]
@@ -241,7 +253,7 @@ def test_zygote_death_is_survived(loop: asyncio.AbstractEventLoop) -> None:
         pid = executor.zygote_pid
         assert pid is not None
         in_flight = asyncio.ensure_future(runner.arun("import time\nprint('sleeping', flush=True)\ntime.sleep(30)"))
-        await asyncio.sleep(0.2)
+        await _until_child_of(pid)
         os.kill(pid, signal.SIGKILL)
         lost, _ = await asyncio.wait_for(in_flight, 5)
         after, _ = await runner.arun("print(2)")
@@ -264,7 +276,7 @@ def test_aclose_kills_running_programs(loop: asyncio.AbstractEventLoop) -> None:
     async def scenario() -> int:
         await executor.start()
         task = asyncio.ensure_future(runner.arun("import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(30)"))
-        await asyncio.sleep(0.3)
+        await _until_child_of(executor.zygote_pid)
         pids = [p for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == executor.zygote_pid]
         await executor.aclose()
         result, _ = await asyncio.wait_for(task, 5)
@@ -355,7 +367,7 @@ def test_workdir_paths_and_cleanup(runner: Runner) -> None:
 def test_cancelled_run_kills_the_program(runner: Runner) -> None:
     async def scenario() -> int:
         task = asyncio.ensure_future(runner.arun("import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(30)"))
-        await asyncio.sleep(0.3)
+        await _until_child_of(runner.executor.zygote_pid)
         sleepers = [
             int(p)
             for p in os.listdir("/proc")
