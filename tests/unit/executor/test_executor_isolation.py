@@ -51,9 +51,7 @@ async def _until_child_of(zygote_pid: int | None, within: float = 10.0) -> None:
     """Wait (polling /proc, no fixed delay) until the zygote has a live child: the program has started."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        if any(
-            p.isdigit() and _parent(int(p)) == zygote_pid and not _is_zombie(int(p)) for p in os.listdir("/proc")
-        ):
+        if any(p.isdigit() and _parent(int(p)) == zygote_pid and not _is_zombie(int(p)) for p in os.listdir("/proc")):
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"no program started under zygote {zygote_pid} within {within} s")
