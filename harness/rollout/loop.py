@@ -1,4 +1,4 @@
-"""Build and run verl 0.9.1's real ``ToolAgentLoop`` on CPU: config, tools from YAML, one trajectory, its segments.
+"""Build and run verl 0.9.1's real ``ToolAgentLoop`` on CPU: config, tools from YAML, one trajectory.
 
 Everything here is verl's own code path except the model: the loop is ``verl.experimental.agent_loop.
 tool_agent_loop.ToolAgentLoop`` constructed with the arguments ``AgentLoopWorker`` gives it, tools come from
@@ -9,7 +9,6 @@ tool_agent_loop.ToolAgentLoop`` constructed with the arguments ``AgentLoopWorker
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,22 +20,10 @@ from verl.tools.base_tool import BaseTool
 from verl.tools.tool_registry import initialize_tools_from_config
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
+from harness.rollout.schemas import CODE_INTERPRETER_SCHEMA
+
 #: ``class_name`` of the project's Sandbox Fusion tool in a verl tool YAML.
 SANDBOX_FUSION_TOOL_CLASS = "harness.tools.sandbox_fusion.SandboxFusionTool"
-
-#: The code-interpreter schema of verl 0.7.1's example YAML.
-CODE_INTERPRETER_SCHEMA: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "code_interpreter",
-        "description": "A tool for executing code.",
-        "parameters": {
-            "type": "object",
-            "properties": {"code": {"type": "string", "description": "The code to execute."}},
-            "required": ["code"],
-        },
-    },
-}
 
 
 def agent_loop_config(
@@ -177,44 +164,3 @@ async def run_trajectory(
         extra_info=dict(extra_info or {}),
     )
     return output
-
-
-@dataclass(frozen=True)
-class Segment:
-    """A run of response tokens with one mask value: 1 = the model's tokens, 0 = observation/template tokens."""
-
-    mask: int
-    start: int
-    token_ids: list[int]
-    text: str
-
-
-def mask_segments(output: AgentLoopOutput, tokenizer: Any) -> list[Segment]:
-    """Split a trajectory's response into runs of equal ``response_mask`` values, each decoded."""
-    ids: list[int] = list(output.response_ids)
-    mask: list[int] = list(output.response_mask)
-    if len(ids) != len(mask):
-        raise ValueError(f"response_ids ({len(ids)}) and response_mask ({len(mask)}) differ in length")
-    segments: list[Segment] = []
-    start = 0
-    for i in range(1, len(ids) + 1):
-        if i == len(ids) or mask[i] != mask[start]:
-            chunk = ids[start:i]
-            text = str(tokenizer.decode(chunk, skip_special_tokens=False))
-            segments.append(Segment(int(mask[start]), start, chunk, text))
-            start = i
-    return segments
-
-
-def observations(output: AgentLoopOutput, tokenizer: Any) -> list[str]:
-    """The tool results the model was shown, in order (the ``<tool_response>`` bodies of the masked segments)."""
-    found: list[str] = []
-    for segment in mask_segments(output, tokenizer):
-        if segment.mask:
-            continue
-        rest = segment.text
-        while "<tool_response>\n" in rest:
-            _, _, rest = rest.partition("<tool_response>\n")
-            body, _, rest = rest.partition("\n</tool_response>")
-            found.append(body)
-    return found

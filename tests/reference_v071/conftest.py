@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.rollout.schemas import CODE_INTERPRETER_SCHEMA
+
 REFERENCE_VERL = "0.7.1"
 
 
@@ -34,18 +36,8 @@ if _installed_verl() != REFERENCE_VERL:
 #: verl 0.7.1's cluster-wide limiter: ``TokenBucketWorker.options(name="rate-limiter", get_if_exists=True)``.
 LIMITER_ACTOR = "rate-limiter"
 TOOL_CLASS = "verl.tools.sandbox_fusion_tools.SandboxFusionTool"
-SCHEMA = {
-    "type": "function",
-    "function": {
-        "name": "code_interpreter",
-        "description": "A tool for executing code.",
-        "parameters": {
-            "type": "object",
-            "properties": {"code": {"type": "string", "description": "The code to execute."}},
-            "required": ["code"],
-        },
-    },
-}
+#: verl 0.7.1's example schema (the project's tools use the same one).
+SCHEMA = CODE_INTERPRETER_SCHEMA
 
 
 @pytest.fixture(scope="session")
@@ -116,4 +108,76 @@ def fresh_limiter(ray_cluster: str) -> Iterator[dict[str, str]]:
 
     kill_limiter()
     yield {"address": ray.get_runtime_context().gcs_address, "namespace": ray_cluster}
+    kill_limiter()
+
+
+@pytest.fixture
+def make_loop(ray_cluster: str, tmp_path: Path, sandbox_fusion_url: str) -> Iterator[Callable[..., Any]]:
+    """``make_loop(server, tokenizer, tool_config={...}, **rollout)``: 0.7.1's ``ToolAgentLoop`` constructed as its
+    ``AgentLoopWorker`` constructs one, with a tool YAML naming 0.7.1's ``SandboxFusionTool`` at this test's
+    emulator. Call it inside the event loop that runs the trajectories (verl binds the running loop)."""
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+    from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    kill_limiter()
+    built: list[Any] = []
+
+    def make(
+        server: Any,
+        tokenizer: Any,
+        *,
+        tool_config: dict[str, Any] | None = None,
+        prompt_length: int = 1024,
+        response_length: int = 1024,
+        max_assistant_turns: int | None = None,
+    ) -> Any:
+        config = {"type": "native", "sandbox_fusion_url": sandbox_fusion_url, "num_workers": 10, "rate_limit": 10}
+        config.update(tool_config or {})
+        path = tmp_path / f"tools-{len(built)}.yaml"
+        path.write_text(
+            yaml.safe_dump({"tools": [{"class_name": TOOL_CLASS, "config": config, "tool_schema": SCHEMA}]})
+        )
+        trainer = OmegaConf.create(
+            {
+                "actor_rollout_ref": {
+                    "rollout": {
+                        "prompt_length": prompt_length,
+                        "response_length": response_length,
+                        "multi_turn": {
+                            "enable": True,
+                            "max_assistant_turns": max_assistant_turns,
+                            "max_user_turns": None,
+                            "max_parallel_calls": 1,
+                            "max_tool_response_length": 256,
+                            "tool_response_truncate_side": "middle",
+                            "tool_config_path": str(path),
+                            "interaction_config_path": None,
+                            "format": "hermes",
+                        },
+                        "agent": {"default_agent_loop": "tool_agent"},
+                    },
+                    "model": {},
+                },
+                "data": {"apply_chat_template_kwargs": {}},
+            }
+        )
+        loop = ToolAgentLoop(
+            trainer_config=DictConfigWrap(trainer),
+            server_manager=server,
+            tokenizer=tokenizer,
+            processor=None,
+            dataset_cls=RLHFDataset,
+            data_config=DictConfigWrap(trainer.data),
+        )
+        built.append(loop)
+        return loop
+
+    yield make
+    import ray
+
+    for loop in built:
+        for tool in loop.tools.values():
+            ray.kill(tool.execution_pool)
     kill_limiter()
