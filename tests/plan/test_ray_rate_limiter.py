@@ -5,6 +5,9 @@
 * ``TestSingleNodeRateLimiterCase``: two rollout-worker actors (async, like verl's ``AgentLoopWorker``) send 24
   real executions to the emulator through one limiter of 3; the emulator's journal gives the true in-flight maximum.
 * ``test_rotten_execution``: executions that raise while holding a permit give it back; the counts return to zero.
+* ``..._through_the_tools[sandbox_fusion|daytona]``: the same two items with the project's verl tools doing the calls
+  (one tool object per rollout worker, ``rate_limiter: {backend: ray}``), so the limiter is checked where users use
+  it: around every Sandbox Fusion request, and around every Daytona SDK call (create, run, delete).
 
 verl 0.6.1's versions timed ``time.sleep`` tasks; these read the emulator's journal instead.
 """
@@ -27,8 +30,21 @@ ray = pytest.importorskip("ray")
 from emulator.journal import Journal  # noqa: E402
 from harness.ratelimit import LimiterConfig, LimiterStats, open_limiter  # noqa: E402
 from harness.ratelimit.ray_backend import RayLimiter, actor_name, kill  # noqa: E402
+from harness.tools.sandbox_fusion import INFRA_FAULT_OBSERVATION  # noqa: E402
 
 RUN_CODE = "sandbox_fusion.run_code"
+TOOL_CLASSES = {
+    "sandbox_fusion": "harness.tools.sandbox_fusion.SandboxFusionTool",
+    "daytona": "harness.tools.daytona.DaytonaTool",
+}
+#: Where the limiter shows at the sandbox: Sandbox Fusion's one route; every Daytona route (each SDK call is limited).
+LIMITED_ROUTE = {"sandbox_fusion": RUN_CODE, "daytona": None}
+#: The route whose requests 5-8 fail in the rotten case (a reset mid-request; a 503 on sandbox creation).
+ROTTEN_FAULT = {
+    "sandbox_fusion": {"route": RUN_CODE, "fault": "reset"},
+    "daytona": {"route": "daytona.sandbox.create", "fault": {"status": 503}},
+}
+INFRA_PREFIX = INFRA_FAULT_OBSERVATION.split("(", 1)[0]
 
 
 @pytest.fixture
@@ -59,6 +75,54 @@ class RolloutWorker:
 
     async def close(self) -> None:
         await self.limiter.aclose()
+
+
+@ray.remote(num_cpus=0, max_concurrency=64)
+class ToolRolloutWorker:
+    """An ``AgentLoopWorker`` stand-in holding one of the project's tools, used as verl's loop uses it."""
+
+    def __init__(self, class_path: str, config: dict[str, Any]) -> None:
+        import importlib
+
+        module, _, name = class_path.rpartition(".")
+        self.tool = getattr(importlib.import_module(module), name)(config)
+
+    async def run(self, code: str) -> str | None:
+        instance_id, _ = await self.tool.create()
+        try:
+            response, _, _ = await self.tool.execute(instance_id, {"code": code})
+        finally:
+            await self.tool.release(instance_id)
+        text: str | None = response.text
+        return text
+
+    async def close(self) -> None:
+        await self.tool.aclose()
+
+
+def _tool_config(kind: str, server: Any, name: str, limit: int, max_attempts: int) -> dict[str, Any]:
+    retry = {"max_attempts": max_attempts, "base_delay": 0.005, "max_delay": 0.02, "max_retry_after": 1}
+    config: dict[str, Any] = {
+        "type": "native",
+        "rate_limit": limit,
+        "retry": retry,
+        "rate_limiter": {"backend": "ray", "name": name, "limit": limit},
+    }
+    if kind == "sandbox_fusion":
+        config["sandbox_fusion_url"] = server.run_code_url
+    else:
+        config.update(api_url=server.url + "/api", api_key=server.emulator.config.daytona.api_key)
+    return config
+
+
+def _run_tool_workers(kind: str, config: dict[str, Any], codes: list[str]) -> list[str | None]:
+    workers = [ToolRolloutWorker.remote(TOOL_CLASSES[kind], config) for _ in range(2)]  # type: ignore[attr-defined]
+    try:
+        return list(ray.get([workers[i % 2].run.remote(code) for i, code in enumerate(codes)]))
+    finally:
+        ray.get([w.close.remote() for w in workers])
+        for worker in workers:
+            ray.kill(worker)
 
 
 def _stats(name: str, namespace: str) -> LimiterStats:
@@ -150,6 +214,24 @@ class TestSingleNodeRateLimiterCase:
         stats = _stats(limiter_name, ray_session["namespace"])
         assert (stats.max_held, stats.held, stats.acquires, stats.releases) == (limit, 0, calls, calls)
 
+    @pytest.mark.parametrize("kind", ["sandbox_fusion", "daytona"])
+    def test_rate_limiter_through_the_tools(
+        self, kind: str, ray_session: dict[str, str], limiter_name: str, sandbox_emulator: Any
+    ) -> None:
+        limit, calls = 3, 24
+        config = _tool_config(kind, sandbox_emulator, limiter_name, limit, max_attempts=4)
+        results = _run_tool_workers(kind, config, [f"import time\ntime.sleep(0.15)\nprint({i})" for i in range(calls)])
+        assert results == [f"{i}\n" for i in range(calls)]
+        journal = sandbox_emulator.emulator.journal
+        # No fault and nothing to retry (101: the interpreter's WebSocket upgrade).
+        assert all(e.fault is None and e.status is not None and e.status < 400 for e in journal.entries())
+        assert journal.max_in_flight(LIMITED_ROUTE[kind]) == limit  # across both workers' tool objects
+        stats = _stats(limiter_name, ray_session["namespace"])
+        assert (stats.max_held, stats.held) == (limit, 0)
+        assert stats.acquires == stats.releases >= calls
+        if kind == "daytona":
+            assert [r.id for r in sandbox_emulator.emulator.daytona_report().leaked] == []
+
 
 @pytest.mark.slow
 def test_rotten_execution(
@@ -232,3 +314,28 @@ class TestMultiNodeRateLimiterCase:
         assert emulator_journal.max_in_flight(RUN_CODE) == limit  # the limit held across nodes, and was reached
         stats = result["stats"]
         assert (stats["max_held"], stats["held"], stats["acquires"], stats["releases"]) == (limit, 0, calls, calls)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["sandbox_fusion", "daytona"])
+def test_rotten_execution_through_the_tools(
+    kind: str, ray_session: dict[str, str], limiter_name: str, sandbox_emulator: Any
+) -> None:
+    """Requests 5-8 on the tool's critical route fail while holding a permit (no retries: a budget of one attempt):
+    those four calls show the model the infrastructure observation, the other 16 their output, and every permit
+    comes back."""
+    limit, calls = 3, 20
+    emulator = sandbox_emulator.emulator
+    emulator.set_faults({"rules": [{"id": "rot", "requests": "5-8", **ROTTEN_FAULT[kind]}]})
+    config = _tool_config(kind, sandbox_emulator, limiter_name, limit, max_attempts=1)
+    results = _run_tool_workers(kind, config, [f"print({i})" for i in range(calls)])
+    rotten = [i for i, text in enumerate(results) if text is not None and text.startswith(INFRA_PREFIX)]
+    assert len(rotten) == 4, results
+    assert [r for i, r in enumerate(results) if i not in rotten] == [f"{i}\n" for i in range(calls) if i not in rotten]
+    expected_fault = "reset" if kind == "sandbox_fusion" else "status"
+    assert [e.fault for e in emulator.journal.entries() if e.fault] == [expected_fault] * 4
+    stats = _stats(limiter_name, ray_session["namespace"])
+    assert (stats.held, stats.waiting) == (0, 0) and stats.acquires == stats.releases
+    assert stats.max_held <= limit
+    if kind == "daytona":
+        assert [r.id for r in emulator.daytona_report().leaked] == []
