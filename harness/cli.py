@@ -1,6 +1,7 @@
-"""``sandbox-emulator``: serve the emulator, or benchmark it.
+"""``sandbox-emulator``: serve the emulator, run the GSM8K rollout job, validate dumps, benchmark.
 
-Kept import-light: each subcommand imports what it needs, so ``serve`` starts fast on the bare install.
+Kept import-light: each subcommand imports what it needs, so ``serve`` starts fast on the bare install; the
+subcommands that need verl say so when it is missing.
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ def _bench(args: argparse.Namespace) -> int:
     return bench_main(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
+    """The full parser; ``wanted`` is the subcommand about to run (its module is the only one imported)."""
     parser = argparse.ArgumentParser(prog="sandbox-emulator", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -110,7 +112,48 @@ def build_parser() -> argparse.ArgumentParser:
     daytona.add_argument("--rounds", type=int, default=5, help="rounds of one code_run per sandbox (default: 5)")
     daytona.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     daytona.set_defaults(func=_bench_daytona)
+    for command in _EXTRA_COMMANDS:
+        _register_extra(sub, command, load=command == wanted)
     return parser
+
+
+#: Subcommands living in modules that need the ``[verl]`` extra: name -> (module, one-line help). A module is
+#: imported only when its subcommand is the one asked for, so ``serve`` never pays for verl.
+_EXTRA_COMMANDS = {
+    "rollout": ("harness.rollout.command", "GSM8K multi-turn rollouts through verl's agent loop, dumped and validated"),
+    "validate": ("harness.validate.cli", "check a rollout dump directory (ours or a real verl run's)"),
+    "gsm8k-convert": ("harness.gsm8k.data", "convert raw GSM8K JSONL to verl parquet for the code tool"),
+    "bench-modes": ("harness.bench.modes", "rollout wall time: batch-synchronous against asynchronous tool calls"),
+}
+
+
+def _register_extra(sub: argparse._SubParsersAction[argparse.ArgumentParser], command: str, load: bool) -> None:
+    """Let the module add its subcommand (``load``), else a placeholder; without its dependencies, a stub that says
+    what to install."""
+    import importlib
+
+    module, help_text = _EXTRA_COMMANDS[command]
+    missing = ""
+    if load:
+        try:
+            importlib.import_module(module).register_cli(sub)
+            return
+        except ImportError as exc:
+            if (exc.name or "").split(".")[0] in ("harness", "emulator"):
+                raise  # our own module broken: a bug to see, not an extra to install
+            missing = exc.name or str(exc)
+    stub = sub.add_parser(command, help=help_text, add_help=not missing)
+    stub.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    def explain(args: argparse.Namespace) -> int:
+        print(
+            f"sandbox-emulator {command}: needs the [verl] extra ({missing} is not installed); install it with: "
+            "pip install torch==2.13.0 && pip install 'sandbox-emulator[verl]'",
+            file=sys.stderr,
+        )
+        return 2
+
+    stub.set_defaults(func=explain)
 
 
 def _bench_daytona(args: argparse.Namespace) -> int:
@@ -120,7 +163,9 @@ def _bench_daytona(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    wanted = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(wanted)
     args = parser.parse_args(argv)
     result: int = args.func(args)
     return result
