@@ -57,7 +57,7 @@ _PROSE_RESULT = re.compile(r"=\s*\$?\s*-?" + r"(?:\d[\d,]*(?:\.\d+)?|\.\d+)")
 _PROSE_CHARS = set("0123456789.,$%+-*/x() \t" + MINUS + EN_DASH + TIMES + DIVIDE)
 _WORD_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ'" + APOSTROPHE)
 #: A word between numbers (``g`` in ``300g``, ``/day`` in ``miles/day``), except ``x`` (times).
-_UNIT_WORD = re.compile(r"(?<![A-Za-z])/?(?!x\b)[A-Za-z][A-Za-z'\u2019]*")
+_UNIT_WORD = re.compile(r"(?<=[A-Za-z])/(?=[A-Za-z])|(?<![A-Za-z])(?!x\b)[A-Za-z][A-Za-z'\u2019]*")
 
 
 def format_number(value: Number) -> str:
