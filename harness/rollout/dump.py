@@ -9,14 +9,12 @@ appears once complete: a reader (the validator, a viewer) sees the old file or t
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import tempfile
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 #: The keys verl writes first, in its order.
 BASE_KEYS = ("input", "output", "gts", "score", "step")
@@ -76,70 +74,46 @@ TEMP_SUFFIX = ".tmp"
 
 
 def write_step(dump_dir: str | Path, step: int, entries: Sequence[Mapping[str, Any]]) -> Path:
-    """Write ``{step}.jsonl`` atomically: all lines or none.
+    """Write ``{step}.jsonl`` atomically: all lines or none, and the previous file intact until then.
 
-    Lines go to an unnamed file in the same directory (Linux ``O_TMPFILE``; elsewhere a hidden temporary name,
-    removed on any error) which is flushed, fsynced, then given its final name with ``os.replace``. If serialising
-    an entry fails, or the process is killed while writing, the previous file (if any) is left as it was and no
-    temporary file remains."""
+    Every entry is serialised first (the slow part, and the one that can fail), so an exception or a kill there
+    leaves no trace. The text then goes to a hidden temporary file in the same directory, is flushed and fsynced,
+    and takes the final name with one ``os.replace``. An error while writing removes the temporary file; a kill in
+    that short window can leave it (``.{step}.jsonl.*.tmp``: readers skip it, the validator notes it, the next write
+    of this step removes it), but never a half ``{step}.jsonl``."""
+    text = "".join(dump_line(entry) for entry in entries)
     directory = Path(dump_dir)
     directory.mkdir(parents=True, exist_ok=True)
     target = step_path(directory, step)
     prefix = temp_prefix(step)
-    for stale in directory.glob(prefix + "*" + TEMP_SUFFIX):  # left by a writer killed between link and rename
+    for stale in directory.glob(prefix + "*" + TEMP_SUFFIX):  # left by a writer killed while writing
         stale.unlink(missing_ok=True)
-    with _unnamed_file(directory, prefix) as (handle, publish):
-        for entry in entries:
-            handle.write(dump_line(entry))
-        handle.flush()
-        os.fsync(handle.fileno())
-        publish(target)
+    fd, name = tempfile.mkstemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=directory)
+    temporary = Path(name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, 0o644 & ~_umask())  # mkstemp makes it 0600; verl's open() would honour the umask
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
     _fsync_directory(directory)
     return target
 
 
-@contextlib.contextmanager
-def _unnamed_file(directory: Path, prefix: str) -> Iterator[tuple[IO[str], Callable[[Path], None]]]:
-    """A writable text file in ``directory`` and a function that atomically gives it its final name."""
-    fd = _open_tmpfile(directory)
-    if fd is not None:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-
-            def publish_unnamed(target: Path) -> None:
-                # An O_TMPFILE file gets a name only through a link; link to a temporary name, then rename over the
-                # target (link itself cannot replace an existing file).
-                named = directory / f"{prefix}{uuid.uuid4().hex}{TEMP_SUFFIX}"
-                os.link(f"/proc/self/fd/{handle.fileno()}", named, follow_symlinks=True)
-                try:
-                    os.replace(named, target)
-                except BaseException:
-                    named.unlink(missing_ok=True)
-                    raise
-
-            yield handle, publish_unnamed
-        return
-    fd, name = tempfile.mkstemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=directory)
-    named = Path(name)
+def _umask() -> int:
+    """The process umask, read without changing it (``os.umask`` would, for a moment, for every thread)."""
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-
-            def publish_named(target: Path) -> None:
-                os.replace(named, target)
-
-            yield handle, publish_named
-    finally:
-        named.unlink(missing_ok=True)  # nothing to do once renamed
-
-
-def _open_tmpfile(directory: Path) -> int | None:
-    """An ``O_TMPFILE`` descriptor in ``directory``, or None where the OS or filesystem has none."""
-    flag = getattr(os, "O_TMPFILE", None)
-    if flag is None or not os.path.isdir("/proc/self/fd"):
-        return None
-    try:
-        return os.open(directory, flag | os.O_WRONLY, 0o644)
-    except OSError:
-        return None
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
 
 
 def _fsync_directory(directory: Path) -> None:
