@@ -133,7 +133,10 @@ def run_problem(problem: Problem, tool_path: Path, tokenizer: Any, emulator: Any
     )
     from harness.rollout.dump import decode_sample
 
-    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"[{problem.tag}] {problem.question}"}]
+    messages = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": f"[{problem.tag}] {problem.question}"},
+    ]
 
     async def main() -> tuple[Any, list[str], RecordingTool]:
         tools = load_tools(tool_path)
@@ -188,9 +191,31 @@ def build_dump(directory: Path, tool_path: Path, tokenizer: Any, emulator: Any, 
 def write_tool_yaml(path: Path, url: str) -> Path:
     from harness.rollout import write_tool_config
 
-    return write_tool_config(
-        path, base=EXAMPLE_TOOL_YAML, url=url, retry=FAST_RETRY, rate_limiter={"backend": "local"}
-    )
+    return write_tool_config(path, base=EXAMPLE_TOOL_YAML, url=url, retry=FAST_RETRY, rate_limiter={"backend": "local"})
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer() -> Any:
+    pytest.importorskip("verl", reason="needs the [verl] extra")
+    from harness.rollout import tiny_tokenizer
+
+    return tiny_tokenizer()
+
+
+@pytest.fixture
+def dump_builder(tmp_path: Path, tiny_tokenizer: Any) -> Callable[[Path, Any, int], list[dict[str, Any]]]:
+    """``dump_builder(directory, emulator_server, step)``: run the problems on that emulator, dump them; entries."""
+
+    def build(directory: Path, server: Any, step: int) -> list[dict[str, Any]]:
+        tool_path = write_tool_yaml(tmp_path / "tools.yaml", server.run_code_url)
+        return build_dump(directory, tool_path, tiny_tokenizer, server.emulator, step)
+
+    return build
+
+
+@pytest.fixture
+def problem_count() -> int:
+    return len(problems())
 
 
 @pytest.fixture(scope="module")
