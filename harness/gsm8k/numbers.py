@@ -22,6 +22,7 @@ EN_DASH = "\u2013"
 TIMES = "\u00d7"
 DIVIDE = "\u00f7"
 APOSTROPHE = "\u2019"
+NO_BREAK_SPACE = "\u00a0"
 
 #: The helper every generated program defines: GSM8K style numbers (no ``.0``, no float noise, no trailing zeros).
 FORMAT_HELPER = '''def fmt(x):
@@ -54,7 +55,7 @@ _IMPLICIT_AFTER_PAREN = re.compile(r"\)\s*(?=[\d.])")
 _ALLOWED = re.compile(r"[\d.+\-*/()%\s]+")
 _PROSE_RESULT = re.compile(r"=\s*\$?\s*-?" + r"(?:\d[\d,]*(?:\.\d+)?|\.\d+)")
 #: Characters a prose equation's left-hand side may contain (letters end it).
-_PROSE_CHARS = set("0123456789.,$%+-*/x() \t" + MINUS + EN_DASH + TIMES + DIVIDE)
+_PROSE_CHARS = set("0123456789.,$%+-*/x() \t" + MINUS + EN_DASH + TIMES + DIVIDE + NO_BREAK_SPACE)
 _WORD_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ'" + APOSTROPHE)
 #: A word between numbers (``g`` in ``300g``, ``/day`` in ``miles/day``), except ``x`` (times).
 _UNIT_WORD = re.compile(r"(?<=[A-Za-z])/(?=[A-Za-z])|(?<![A-Za-z])(?!x\b)[A-Za-z][A-Za-z'\u2019]*")

@@ -11,7 +11,7 @@ pytest.importorskip("verl", reason="needs the [verl] extra (verl's GSM8K scorer)
 from harness.gsm8k import VARIANTS, Problem, offline_ceiling, run_offline
 from harness.gsm8k.policy import computation
 
-#: Measured: 0.9750 for every variant (1286 of 1319). The 33 misses are GSM8K solutions whose written arithmetic
+#: Measured: 0.9757 for every variant (1287 of 1319). The 32 misses are GSM8K solutions whose written arithmetic
 #: never reaches the answer (see docs/gsm8k.md); the bound leaves room for nothing else.
 MIN_CEILING = 0.97
 

@@ -101,10 +101,11 @@ def test_prose_equations() -> None:
         "Total: $12,000+$5,000= $17,000\n"
         "Then 4/20 x 100% = 20%.\n"
         "It rose to -6 + 3 = -3 degrees.\n"
+        "The total is $864\u00a0+ $432 = $1,296.\n"
         "x = 25 years\n"
         "#### 104 = 1 + 103"
     )
-    assert prose_equations(solution) == ["20 + 10", "99 + 5", "12,000+$5,000", "4/20 x 100%", "-6 + 3"]
+    assert prose_equations(solution) == ["20 + 10", "99 + 5", "12,000+$5,000", "4/20 x 100%", "-6 + 3", "864\u00a0+ $432"]
 
 
 def test_prose_equations_with_units() -> None:
