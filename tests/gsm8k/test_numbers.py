@@ -105,7 +105,8 @@ def test_prose_equations() -> None:
         "x = 25 years\n"
         "#### 104 = 1 + 103"
     )
-    assert prose_equations(solution) == ["20 + 10", "99 + 5", "12,000+$5,000", "4/20 x 100%", "-6 + 3", "864\u00a0+ $432"]
+    expected = ["20 + 10", "99 + 5", "12,000+$5,000", "4/20 x 100%", "-6 + 3", "864\u00a0+ $432"]
+    assert prose_equations(solution) == expected
 
 
 def test_prose_equations_with_units() -> None:
