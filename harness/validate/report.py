@@ -101,12 +101,22 @@ class Report:
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
 
+    def summary_line(self) -> str:
+        """Totals on one line: files, lines, entries, violations, notes."""
+        return (
+            f"{len(self.files)} file(s), {self.lines} line(s), {self.entries} entries; "
+            f"{len(self.violations)} violation(s), {len(self.notes)} note(s)"
+        )
+
+    def shown_lines(self, limit: int) -> list[str]:
+        """The first ``limit`` violations as ``file:line: check: message``."""
+        return [str(finding) for finding in self.violations[: max(0, limit)]]
+
     def render(self, max_shown: int = 20) -> str:
         """The human report: totals, one line per check, then the first ``max_shown`` violations and notes."""
         verdict = "OK" if self.ok else "FAILED"
         out = [
-            f"{verdict}: {self.directory}: {len(self.files)} file(s), {self.lines} line(s), {self.entries} entries; "
-            f"{len(self.violations)} violation(s), {len(self.notes)} note(s) (reward: {self.reward})",
+            f"{verdict}: {self.directory}: {self.summary_line()} (reward: {self.reward})",
             "",
             f"  {'check':<18}{'checked':>9}{'violations':>12}{'notes':>7}",
         ]

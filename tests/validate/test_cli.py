@@ -75,3 +75,11 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit) as exit_info:
         run(["validate", str(tmp_path), "--reward", "math"])
     assert exit_info.value.code == 2
+
+
+def test_summary_and_shown_lines_for_other_commands(good_dump: Path, tmp_path: Path) -> None:
+    from harness.validate import validate_dir
+
+    report = validate_dir(_broken(good_dump, tmp_path))
+    assert report.summary_line() == "1 file(s), 6 line(s), 6 entries; 6 violation(s), 1 note(s)"
+    assert report.shown_lines(1) == ["1.jsonl:1: step: step is 9 but the file is for step 1"]
