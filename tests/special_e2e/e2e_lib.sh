@@ -130,6 +130,7 @@ e2e_build_overrides() {
     E2E_OVERRIDES=(
         "algorithm.adv_estimator=grpo"
         "algorithm.use_kl_in_reward=False"
+        "critic.enable=False"
         "data.train_files=$DATA_DIR/train.parquet"
         "data.val_files=$DATA_DIR/test.parquet"
         "data.train_batch_size=$TRAIN_BATCH_SIZE"
@@ -254,12 +255,18 @@ PY
 }
 
 E2E_EMULATOR_PID=""
+E2E_TRAINER_PID=""
 
-e2e_stop_emulator() {
-    if [[ -n "$E2E_EMULATOR_PID" ]] && kill -0 "$E2E_EMULATOR_PID" 2>/dev/null; then
-        kill "$E2E_EMULATOR_PID" 2>/dev/null || true
-        wait "$E2E_EMULATOR_PID" 2>/dev/null || true
-    fi
+# Stop what this script started (the trainer if still running, then the emulator); the EXIT trap.
+e2e_cleanup() {
+    local pid
+    for pid in "$E2E_TRAINER_PID" "$E2E_EMULATOR_PID"; do
+        if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
+            kill "$pid" 2>/dev/null || true
+            wait "$pid" 2>/dev/null || true
+        fi
+    done
+    E2E_TRAINER_PID=""
     E2E_EMULATOR_PID=""
 }
 
@@ -322,13 +329,18 @@ e2e_run() {
     mkdir -p "$E2E_WORK_DIR" "$ROLLOUT_DATA_DIR"
     trap 'exit 130' INT
     trap 'exit 143' TERM
-    trap e2e_stop_emulator EXIT
+    trap e2e_cleanup EXIT
     e2e_start_emulator
     e2e_prepare_data
     e2e_write_tool_config "$E2E_TOOL_CONFIG" "$E2E_EMULATOR_URL"
     e2e_log "trainer: ${E2E_TRAINER_CMD[*]} with ${#E2E_OVERRIDES[@]} overrides"
     local status=0
-    "${E2E_TRAINER_CMD[@]}" "${E2E_OVERRIDES[@]}" || status=$?
+    # In the background so that a signal to this script runs its traps at once (bash defers them while a
+    # foreground child runs); the EXIT trap then stops the trainer too.
+    "${E2E_TRAINER_CMD[@]}" "${E2E_OVERRIDES[@]}" &
+    E2E_TRAINER_PID=$!
+    wait "$E2E_TRAINER_PID" || status=$?
+    E2E_TRAINER_PID=""
     e2e_report_emulator
     if ((status != 0)); then
         tail -n 50 "$E2E_WORK_DIR/emulator.log" >&2 || true
