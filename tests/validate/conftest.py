@@ -98,17 +98,14 @@ class RecordingTool:
                 return await inner.create(instance_id, **kwargs)
 
             async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> Any:
+                # The slot is taken before the call runs: verl starts parallel calls in the model's order, but they
+                # finish in any order, and tool_calls must follow the calls in the output.
+                record: dict[str, Any] = {"name": self.name, "arguments": dict(parameters)}
+                outer.calls[kwargs["agent_data"].request_id].append(record)
                 response, reward, metrics = await inner.execute(instance_id, parameters, **kwargs)
-                request_id = kwargs["agent_data"].request_id
-                outer.calls[request_id].append(
-                    {
-                        "name": self.name,
-                        "arguments": dict(parameters),
-                        "observation": response.text,
-                        "infra_fault": metrics.get("infra_fault"),
-                        "attempts": int(metrics.get("attempts", 1)),
-                    }
-                )
+                record["observation"] = response.text
+                record["infra_fault"] = metrics.get("infra_fault")
+                record["attempts"] = int(metrics.get("attempts", 1))
                 return response, reward, metrics
 
             async def release(self, instance_id: str, **kwargs: Any) -> None:
