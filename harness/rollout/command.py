@@ -1,0 +1,181 @@
+"""``sandbox-emulator rollout``: the main job from the command line, with a progress bar and a closing summary."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+
+def parse_latency(text: str) -> Any:
+    """``fixed:0.2`` | ``lognormal:P50,P99`` | ``pareto:SCALE,ALPHA[,CAP]`` -> a fault-plan latency spec."""
+    kind, _, args = text.partition(":")
+    try:
+        values = [float(v) for v in args.split(",")] if args else []
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"latency numbers must be numbers: {text!r}") from None
+    if kind == "fixed" and len(values) == 1:
+        return {"fixed": values[0]}
+    if kind == "lognormal" and len(values) == 2:
+        return {"lognormal": {"p50": values[0], "p99": values[1]}}
+    if kind == "pareto" and len(values) in (2, 3):
+        spec: dict[str, float] = {"scale": values[0], "alpha": values[1]}
+        if len(values) == 3:
+            spec["cap"] = values[2]
+        return {"pareto": spec}
+    raise argparse.ArgumentTypeError(
+        f"bad latency model {text!r}: use fixed:SECONDS, lognormal:P50,P99 or pareto:SCALE,ALPHA[,CAP]"
+    )
+
+
+class ProgressBar:
+    """One line on a terminal, redrawn in place; on a pipe or file, a line every tenth of the way."""
+
+    def __init__(self, stream: TextIO = sys.stderr, width: int = 30) -> None:
+        self.stream = stream
+        self.width = width
+        self.tty = stream.isatty()
+        self._last_decile = -1
+
+    def __call__(self, done: int, total: int, tool_calls: int) -> None:
+        fill = int(self.width * done / total)
+        line = f"[{'#' * fill}{'.' * (self.width - fill)}] {done}/{total} trajectories, {tool_calls} tool calls"
+        if self.tty:
+            end = "\n" if done == total else ""
+            self.stream.write("\r" + line + end)
+            self.stream.flush()
+            return
+        decile = done * 10 // total
+        if decile != self._last_decile:
+            self._last_decile = decile
+            print(line, file=self.stream, flush=True)
+
+
+def summary_lines(result: Any) -> list[str]:
+    """The closing summary of a rollout, one figure per line."""
+    options = result.options
+    lines = [
+        f"backend        {options.backend} (embedded emulator); faults {options.faults or 'calm'}; mode {options.mode}",
+        f"trajectories   {len(result.trajectories)} ({result.errors} failed)",
+        f"tool calls     {result.tool_calls} ({result.tool_calls / len(result.trajectories):.2f} per trajectory)",
+        f"mean reward    {result.mean_reward:.4f}",
+    ]
+    if result.offline_mean_reward is not None:
+        lines.append(f"offline ceil.  {result.offline_mean_reward:.4f} (the same policy with a perfect sandbox)")
+        lines.append(
+            f"reward lost    {result.reward_lost:.1f} to the sandbox pipeline "
+            f"({result.infra_faults_shown} calls shown the infrastructure-fault observation)"
+        )
+    faults = ", ".join(f"{k} {v}" for k, v in sorted(result.fault_counts.items())) or "none"
+    leaked = "n/a (stateless service)" if result.sandboxes_leaked is None else str(result.sandboxes_leaked)
+    lines += [
+        f"faults         {result.faults_injected} injected ({faults}) in {result.sandbox_requests} sandbox requests",
+        f"retries        {result.retried_requests} requests were retries",
+        f"sandboxes      {leaked} leaked",
+        f"max in flight  {result.max_in_flight} requests at the sandbox",
+        f"wall time      {result.wall_s:.2f} s ({len(result.trajectories) / result.wall_s:.1f} trajectories/s)",
+        f"dump           {result.dump_path}",
+    ]
+    return lines
+
+
+def _options(args: argparse.Namespace) -> Any:
+    from harness.rollout.job import RolloutOptions
+
+    return RolloutOptions(
+        data=Path(args.data) if args.data else None,
+        backend=args.backend,
+        faults=args.faults,
+        trajectories=args.trajectories,
+        out=Path(args.out),
+        step=args.step,
+        mode=args.mode,
+        variant=args.variant,
+        seed=args.seed,
+        rate_limit=args.rate_limit,
+        generation_latency=args.generation_latency,
+        tool_latency=args.latency,
+        llm_url=args.llm_url,
+        llm_model=args.llm_model,
+        python_mode=args.python_mode,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.rollout.job import RolloutError, run_rollout
+
+    try:
+        options = _options(args)
+        result = run_rollout(options, progress=None if args.quiet else ProgressBar())
+    except RolloutError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(summary_lines(result)))
+    from harness.validate import validate_dir
+
+    report = validate_dir(result.dump_path.parent)
+    print(f"validate       {'ok' if report.ok else 'FAILED'}: {report.summary_line()}")
+    if not report.ok:
+        for line in report.shown_lines(10):
+            print("  " + line)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result_json(result, report.ok), indent=2) + "\n")
+    return 0 if report.ok and not result.errors else 1
+
+
+def result_json(result: Any, valid: bool) -> dict[str, Any]:
+    """The summary's figures as data (``--json``)."""
+    return {
+        "backend": result.options.backend,
+        "faults": str(result.options.faults or "calm"),
+        "mode": result.options.mode,
+        "trajectories": len(result.trajectories),
+        "failed_trajectories": result.errors,
+        "tool_calls": result.tool_calls,
+        "mean_reward": result.mean_reward,
+        "offline_mean_reward": result.offline_mean_reward,
+        "reward_lost": result.reward_lost,
+        "infra_faults_shown": result.infra_faults_shown,
+        "faults_injected": result.faults_injected,
+        "fault_counts": result.fault_counts,
+        "sandbox_requests": result.sandbox_requests,
+        "retried_requests": result.retried_requests,
+        "sandboxes_leaked": result.sandboxes_leaked,
+        "max_in_flight": result.max_in_flight,
+        "barrier_waits": result.barrier_waits,
+        "wall_s": result.wall_s,
+        "dump": str(result.dump_path),
+        "valid": valid,
+    }
+
+
+def register_cli(sub: Any) -> None:
+    """Add ``rollout`` to the ``sandbox-emulator`` subcommands."""
+    from harness.rollout.job import BACKENDS, MODES
+
+    parser = sub.add_parser(
+        "rollout",
+        help="GSM8K multi-turn rollouts through verl's agent loop on the embedded emulator, dumped and validated",
+    )
+    parser.add_argument("--data", metavar="FILE", help="GSM8K JSONL or verl parquet (default: the bundled problems)")
+    parser.add_argument("--backend", choices=BACKENDS, default="sandbox-fusion")
+    parser.add_argument("--faults", metavar="PROFILE_OR_FILE", help="fault plan: a profile name or a YAML/JSON file")
+    parser.add_argument("--trajectories", type=int, default=64, help="how many (default: 64)")
+    parser.add_argument("--out", default="rollouts", help="dump directory, like trainer.rollout_data_dir")
+    parser.add_argument("--step", type=int, default=1, help="the step number of the dump file (default: 1)")
+    parser.add_argument("--mode", choices=MODES, default="async", help="async: per trajectory; sync: lockstep turns")
+    parser.add_argument("--variant", choices=("single", "stepwise", "retry"), help="one policy variant (default: mix)")
+    parser.add_argument("--seed", type=int, default=0, help="problem order and variant mix (default: 0)")
+    parser.add_argument("--rate-limit", type=int, help="the tool's in-flight cap (default: the tool config's)")
+    parser.add_argument(
+        "--latency", type=parse_latency, help="tool latency: fixed:S, lognormal:P50,P99, pareto:S,A[,CAP]"
+    )
+    parser.add_argument("--generation-latency", type=float, default=0.0, help="seconds per model turn (default: 0)")
+    parser.add_argument("--llm-url", help="an OpenAI-compatible server to use as the policy instead of the script")
+    parser.add_argument("--llm-model", default="default", help="model name sent to --llm-url")
+    parser.add_argument("--python-mode", choices=("fast", "faithful"), help="the emulator's Python path")
+    parser.add_argument("--json", metavar="FILE", help="also write the summary's figures as JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run)

@@ -1,0 +1,346 @@
+"""The main job: GSM8K multi-turn rollouts through verl's real ``ToolAgentLoop`` against the embedded emulator.
+
+N trajectories run concurrently (``async``: each at its own pace; ``sync``: batch-synchronous turns, see
+:mod:`harness.rollout.lockstep`), the model is the scripted GSM8K policy (or any OpenAI-compatible server), the
+``code_interpreter`` tool is the project's Sandbox Fusion or Daytona tool on an in-process emulator with any fault
+plan, the score is verl's own GSM8K reward, and the step is dumped as verl's trainer dumps ``rollout_data_dir``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from emulator.app import Emulator
+from emulator.faults import load_plan
+from emulator.server import EmulatorServer
+from harness.gsm8k.data import BUNDLED_PROBLEMS, Problem, load_problems, prompt_messages
+from harness.gsm8k.policy import ScriptedGSM8KPolicy, choose_variant, final_turn, run_offline
+from harness.rollout.dump import build_entries, decode_sample, write_step
+from harness.rollout.lockstep import TRAJECTORY_INDEX, LockstepServerManager, TurnBarrier
+from harness.rollout.recording import CallLog, RecordingTool, ToolCallRecord
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOL_CONFIGS = {
+    "sandbox-fusion": ROOT / "fixtures" / "tools" / "sandbox_fusion_tool_config.yaml",
+    "daytona": ROOT / "fixtures" / "tools" / "daytona_tool_config.yaml",
+}
+BACKENDS = tuple(TOOL_CONFIGS)
+MODES = ("async", "sync")
+DATA_SOURCE = "openai/gsm8k"
+RUN_CODE_ROUTE = "sandbox_fusion.run_code"
+
+
+class RolloutError(RuntimeError):
+    """A rollout that cannot start (bad option, missing data); the message says what to change."""
+
+
+@dataclass
+class RolloutOptions:
+    """What ``sandbox-emulator rollout`` takes; every field has a default that works with nothing else given."""
+
+    data: Path | None = None  # raw GSM8K JSONL or verl parquet; None: the bundled problems
+    backend: str = "sandbox-fusion"
+    faults: Any = None  # profile name, plan file, or plan mapping; None: calm
+    trajectories: int = 64
+    out: Path = Path("rollouts")
+    step: int = 1
+    mode: str = "async"
+    variant: str | None = None  # None: a deterministic mix of the policy's variants
+    seed: int = 0
+    rate_limit: int | None = None  # the tool's in-flight cap; None: the tool config's
+    generation_latency: float = 0.0  # seconds per model turn (the scripted policy answers instantly otherwise)
+    tool_latency: Any = None  # extra latency model on the execution route (fault-plan syntax), e.g. {"fixed": 0.2}
+    llm_url: str | None = None
+    llm_model: str = "default"
+    prompt_length: int = 2048
+    response_length: int = 4096
+    max_assistant_turns: int = 8
+    max_tool_response_length: int = 256
+    python_mode: str | None = None  # the emulator's executor path for Python: "fast" or "faithful"
+    retry: Mapping[str, Any] | None = None  # the tool's retry block; None: the tool config's
+
+    def check(self) -> None:
+        if self.backend not in BACKENDS:
+            raise RolloutError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
+        if self.mode not in MODES:
+            raise RolloutError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
+        if self.trajectories < 1:
+            raise RolloutError(f"--trajectories must be at least 1, got {self.trajectories}")
+        if self.rate_limit is not None and self.rate_limit < 1:
+            raise RolloutError(f"--rate-limit must be at least 1, got {self.rate_limit}")
+        if self.data is not None and not Path(self.data).exists():
+            raise RolloutError(f"data file not found: {self.data}")
+
+
+@dataclass
+class Trajectory:
+    """One finished trajectory, with what the dump and the summary need."""
+
+    index: int
+    problem: Problem
+    variant: str | None
+    request_id: str
+    input: str
+    output: str
+    score: float
+    num_turns: int
+    tool_calls: list[ToolCallRecord]
+    offline_score: float | None  # the same policy with a perfect sandbox (None for an LLM policy)
+    error: str | None = None  # the loop raised: the trajectory is dumped with score 0 and this message
+
+
+@dataclass
+class RolloutResult:
+    """A finished rollout: trajectories, where they were dumped, and the figures of the closing summary."""
+
+    options: RolloutOptions
+    trajectories: list[Trajectory]
+    dump_path: Path
+    wall_s: float
+    faults_injected: int
+    sandbox_requests: int
+    retried_requests: int
+    max_in_flight: int
+    sandboxes_leaked: int | None  # None: the backend has no sandboxes (Sandbox Fusion is stateless)
+    barrier_waits: int = 0
+    fault_counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def tool_calls(self) -> int:
+        return sum(len(t.tool_calls) for t in self.trajectories)
+
+    @property
+    def infra_faults_shown(self) -> int:
+        """Tool calls whose observation was the infrastructure-fault text (the retry budget ran out)."""
+        return sum(1 for t in self.trajectories for c in t.tool_calls if c.infra_fault)
+
+    @property
+    def mean_reward(self) -> float:
+        return sum(t.score for t in self.trajectories) / len(self.trajectories)
+
+    @property
+    def offline_mean_reward(self) -> float | None:
+        scores = [t.offline_score for t in self.trajectories]
+        if any(s is None for s in scores):
+            return None
+        return sum(s for s in scores if s is not None) / len(scores)
+
+    @property
+    def reward_lost(self) -> float | None:
+        """Reward the policy would have had with a perfect sandbox and did not get (summed over trajectories)."""
+        if self.offline_mean_reward is None:
+            return None
+        return sum(max(0.0, (t.offline_score or 0.0) - t.score) for t in self.trajectories)
+
+    @property
+    def errors(self) -> int:
+        return sum(1 for t in self.trajectories if t.error)
+
+
+def _write_tool_config(options: RolloutOptions, server: EmulatorServer, directory: Path) -> Path:
+    document = yaml.safe_load(TOOL_CONFIGS[options.backend].read_text())
+    for entry in document["tools"]:
+        config = entry["config"]
+        if options.backend == "sandbox-fusion":
+            config["sandbox_fusion_url"] = server.run_code_url
+        else:
+            config["api_url"] = server.url + "/api"
+            config["api_key"] = server.emulator.config.daytona.api_key
+        # One tool object per rollout process: its own limiter (no Ray needed to run the job).
+        config["rate_limiter"] = {"backend": "local"}
+        if options.rate_limit is not None:
+            config["rate_limit"] = options.rate_limit
+        if options.retry is not None:
+            config["retry"] = dict(options.retry)
+    path = directory / "tools.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def _emulator(options: RolloutOptions) -> Emulator:
+    from emulator.app import EmulatorConfig
+    from emulator.executor import ExecutorConfig
+
+    executor = ExecutorConfig()
+    if options.python_mode in ("fast", "faithful"):
+        executor = ExecutorConfig(python_mode="fast" if options.python_mode == "fast" else "faithful")
+    elif options.python_mode is not None:
+        raise RolloutError(f"python_mode must be 'fast' or 'faithful', got {options.python_mode!r}")
+    try:
+        plan = load_plan(options.faults)
+        if options.tool_latency is not None:
+            spec = plan.to_dict()
+            route = RUN_CODE_ROUTE if options.backend == "sandbox-fusion" else "daytona.interpreter.execute"
+            spec["rules"].append({"id": "tool-latency", "route": route, "latency": options.tool_latency})
+            plan = load_plan(spec)
+        return Emulator(EmulatorConfig(executor=executor), faults=plan)
+    except (ValueError, OSError) as exc:  # FaultPlanError is a ValueError
+        raise RolloutError(f"fault plan {options.faults!r}: {exc}") from None
+
+
+def _score(output: str, ground_truth: str) -> float:
+    from verl.utils.reward_score import default_compute_score
+
+    return float(default_compute_score(DATA_SOURCE, output, ground_truth))  # type: ignore[no-untyped-call]
+
+
+def _offline_score(problem: Problem, variant: str) -> float:
+    observation = run_offline(problem, variant)
+    return _score(final_turn(problem, observation), problem.ground_truth)
+
+
+def select_problems(problems: Sequence[Problem], n: int, seed: int) -> list[Problem]:
+    """``n`` problems: all of them in a seeded order, cycled when ``n`` exceeds the data (several samples each)."""
+    order = list(problems)
+    random.Random(seed).shuffle(order)
+    return [order[i % len(order)] for i in range(n)]
+
+
+Progress = Callable[[int, int, int], None]  # (finished trajectories, total, tool calls so far)
+
+
+async def _run_async(
+    options: RolloutOptions, server: EmulatorServer, problems: list[Problem], progress: Progress | None
+) -> tuple[list[Trajectory], int]:
+    from harness.rollout import ScriptedServerManager, agent_loop_config, build_tool_agent_loop, load_tools
+    from harness.rollout.tokenizer import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    log = CallLog()
+    with tempfile.TemporaryDirectory(prefix="rollout-tools-") as tmp:
+        tools = [RecordingTool(t, log) for t in load_tools(_write_tool_config(options, server, Path(tmp)))]
+    policy: ScriptedGSM8KPolicy | None = None
+    if options.llm_url:
+        from harness.rollout.openai_policy import OpenAICompletionsServerManager
+
+        base: Any = OpenAICompletionsServerManager(tokenizer, options.llm_url, model=options.llm_model)
+    else:
+        policy = ScriptedGSM8KPolicy(problems, variant=options.variant, seed=options.seed)
+        base = ScriptedServerManager(
+            tokenizer,
+            policy,
+            prompt_length=options.prompt_length,
+            response_length=options.response_length,
+            latency=options.generation_latency,
+        )
+    barrier = TurnBarrier(len(problems)) if options.mode == "sync" else None
+    manager = LockstepServerManager(base, barrier)
+    config = agent_loop_config(
+        prompt_length=options.prompt_length,
+        response_length=options.response_length,
+        max_assistant_turns=options.max_assistant_turns,
+        max_tool_response_length=options.max_tool_response_length,
+    )
+    loop = build_tool_agent_loop(config, manager, tokenizer, tools)
+    finished = 0
+
+    async def one(index: int, problem: Problem) -> Trajectory:
+        nonlocal finished
+        TRAJECTORY_INDEX.set(index)
+        variant = None if options.llm_url else (options.variant or choose_variant(problem, options.seed))
+        try:
+            output = await loop.run(
+                {"temperature": 1.0, "top_p": 1.0, "repetition_penalty": 1.0, "logprobs": False},
+                raw_prompt=prompt_messages(problem),
+                tools_kwargs={"code_interpreter": {"create_kwargs": {"ground_truth": problem.ground_truth}}},
+                extra_info={"index": problem.index, "split": problem.split},
+            )
+        except Exception as exc:  # a broken trajectory is reported, never lost
+            return Trajectory(index, problem, variant, "", "", "", 0.0, 0, [], None, f"{type(exc).__name__}: {exc}")
+        finally:
+            if barrier is not None:
+                await barrier.finish(index)
+        request_id = manager.request_of.get(index, "")
+        text_in, text_out = decode_sample(tokenizer, output.prompt_ids, output.response_ids)
+        calls = log.for_request(request_id)
+        offline = _offline_score(problem, variant) if variant is not None else None
+        finished += 1
+        if progress is not None:
+            progress(finished, len(problems), sum(len(v) for v in log.calls.values()))
+        return Trajectory(
+            index=index,
+            problem=problem,
+            variant=variant,
+            request_id=request_id,
+            input=text_in,
+            output=text_out,
+            score=_score(text_out, problem.ground_truth),
+            num_turns=int(output.num_turns),
+            tool_calls=calls,
+            offline_score=offline,
+        )
+
+    try:
+        trajectories = await asyncio.gather(*(one(i, p) for i, p in enumerate(problems)))
+    finally:
+        for tool in tools:
+            await tool.aclose()
+        closer = getattr(base, "aclose", None)
+        if closer is not None:
+            await closer()
+    return list(trajectories), barrier.waits if barrier is not None else 0
+
+
+def _leaked(emulator: Emulator, backend: str) -> int | None:
+    if backend != "daytona":
+        return None
+    return len(emulator.daytona_report().leaked)
+
+
+def run_rollout(options: RolloutOptions, progress: Progress | None = None) -> RolloutResult:
+    """Run the job: rollouts, scores, the dump ``{out}/{step}.jsonl``; returns the figures for the summary."""
+    options.check()
+    try:
+        problems_all = load_problems(options.data or BUNDLED_PROBLEMS)
+    except ValueError as exc:  # DataError is a ValueError
+        raise RolloutError(str(exc)) from None
+    if not problems_all:
+        raise RolloutError(f"no problems in {options.data or BUNDLED_PROBLEMS}")
+    problems = select_problems(problems_all, options.trajectories, options.seed)
+    emulator = _emulator(options)
+    started = time.monotonic()
+    with EmulatorServer(emulator) as server:
+        trajectories, waits = asyncio.run(_run_async(options, server, problems, progress))
+    wall = time.monotonic() - started
+    trajectories.sort(key=lambda t: t.index)
+    entries = build_entries(
+        [t.input for t in trajectories],
+        [t.output for t in trajectories],
+        [t.problem.ground_truth for t in trajectories],
+        [t.score for t in trajectories],
+        options.step,
+        {
+            "request_id": [t.request_id for t in trajectories],
+            "num_turns": [t.num_turns for t in trajectories],
+            "tool_calls": [[c.to_dict() for c in t.tool_calls] for t in trajectories],
+        },
+    )
+    dump_path = write_step(options.out, options.step, entries)
+    journal = emulator.journal.entries()
+    faults: dict[str, int] = {}
+    for entry in journal:
+        if entry.fault:
+            faults[entry.fault] = faults.get(entry.fault, 0) + 1
+    route = RUN_CODE_ROUTE if options.backend == "sandbox-fusion" else None
+    return RolloutResult(
+        options=options,
+        trajectories=trajectories,
+        dump_path=dump_path,
+        wall_s=wall,
+        faults_injected=sum(faults.values()),
+        sandbox_requests=len(journal),
+        retried_requests=sum(1 for e in journal if e.attempt > 1),
+        max_in_flight=emulator.journal.max_in_flight(route),
+        sandboxes_leaked=_leaked(emulator, options.backend),
+        barrier_waits=waits,
+        fault_counts=faults,
+    )

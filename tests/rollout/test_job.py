@@ -1,0 +1,143 @@
+"""The main job end to end: GSM8K problems through verl's real ToolAgentLoop on the embedded emulator, judged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("verl", reason="needs the [verl] extra")
+
+from harness.cli import main as cli_main
+from harness.rollout.job import RolloutOptions, RolloutResult, run_rollout
+from harness.validate import validate_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+GSM8K_TEST = ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _check_consistent(result: RolloutResult) -> list[dict[str, Any]]:
+    """What must hold for any rollout: the dump is valid and says what the result says."""
+    report = validate_dir(result.dump_path.parent)
+    assert report.ok, report.to_json()
+    entries = _lines(result.dump_path)
+    assert [e["score"] for e in entries] == [t.score for t in result.trajectories]
+    assert [e["request_id"] for e in entries] == [t.request_id for t in result.trajectories]
+    assert all(e["step"] == result.options.step for e in entries)
+    assert sum(len(e["tool_calls"]) for e in entries) == result.tool_calls
+    assert result.errors == 0
+    return entries
+
+
+def test_calm_rollout_reaches_the_offline_ceiling(tmp_path: Path) -> None:
+    """With a calm sandbox every trajectory scores what the policy scores without any sandbox."""
+    result = run_rollout(RolloutOptions(trajectories=24, out=tmp_path / "dump", seed=1))
+    entries = _check_consistent(result)
+    assert len(entries) == 24
+    assert result.dump_path == tmp_path / "dump" / "1.jsonl"
+    assert [t.score for t in result.trajectories] == [t.offline_score for t in result.trajectories]
+    assert result.mean_reward == result.offline_mean_reward and result.reward_lost == 0
+    assert result.faults_injected == 0 and result.infra_faults_shown == 0
+    assert min(len(t.tool_calls) for t in result.trajectories) >= 1
+    assert max(len(t.tool_calls) for t in result.trajectories) <= 5
+    # Every tool call really ran in the sandbox: one journal request per call, nothing retried.
+    assert result.sandbox_requests == result.tool_calls and result.retried_requests == 0
+    # The retry variant's first program fails; the model saw the traceback and went on.
+    retried = [t for t in result.trajectories if t.variant == "retry"]
+    assert retried and all("Error" in (t.tool_calls[0].observation or "") for t in retried)
+
+
+def test_faults_cost_reward_and_are_accounted(tmp_path: Path) -> None:
+    """Resets and 503s beyond the retry budget reach the model only as the infrastructure observation; the reward
+    they cost is exactly the gap to the offline ceiling, and the dump still validates."""
+    plan = {
+        "seed": 3,
+        "rules": [
+            {"id": "down", "route": "sandbox_fusion.run_code", "probability": 0.2, "fault": {"status": 503}},
+            {"id": "reset", "route": "sandbox_fusion.run_code", "probability": 0.1, "fault": "reset"},
+        ],
+    }
+    retry = {"max_attempts": 2, "base_delay": 0.001, "max_delay": 0.005, "max_retry_after": 1}
+    result = run_rollout(RolloutOptions(trajectories=32, out=tmp_path, faults=plan, retry=retry))
+    _check_consistent(result)
+    assert result.faults_injected > 0 and result.retried_requests > 0
+    assert result.infra_faults_shown > 0
+    lost = result.reward_lost
+    assert lost is not None and result.offline_mean_reward is not None
+    assert result.mean_reward == pytest.approx(result.offline_mean_reward - lost / 32)
+    for trajectory in result.trajectories:
+        if trajectory.score < (trajectory.offline_score or 0):
+            assert any(c.infra_fault for c in trajectory.tool_calls), trajectory.request_id
+
+
+def test_daytona_backend_leaks_no_sandbox(tmp_path: Path) -> None:
+    result = run_rollout(RolloutOptions(trajectories=8, out=tmp_path, backend="daytona"))
+    _check_consistent(result)
+    assert result.sandboxes_leaked == 0
+    assert result.mean_reward == result.offline_mean_reward
+
+
+def test_sync_mode_gives_the_same_rewards_in_lockstep(tmp_path: Path) -> None:
+    common = {"trajectories": 12, "seed": 2, "tool_latency": {"fixed": 0.01}}
+    asynchronous = run_rollout(RolloutOptions(out=tmp_path / "a", mode="async", **common))
+    synchronous = run_rollout(RolloutOptions(out=tmp_path / "s", mode="sync", **common))
+    _check_consistent(synchronous)
+    assert [t.score for t in synchronous.trajectories] == [t.score for t in asynchronous.trajectories]
+    assert synchronous.barrier_waits > 0 and asynchronous.barrier_waits == 0
+
+
+def test_cli_runs_summarises_and_validates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "dump"
+    figures = tmp_path / "figures.json"
+    code = cli_main(["rollout", "--trajectories", "6", "--out", str(out), "--json", str(figures), "--quiet"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    for label in ("trajectories", "tool calls", "mean reward", "faults", "retries", "sandboxes", "max in flight"):
+        assert label in printed
+    assert "validate       ok" in printed
+    data = json.loads(figures.read_text())
+    assert data["trajectories"] == 6 and data["valid"] is True
+    assert (out / "1.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--backend", "nowhere"], "invalid choice"),
+        (["--trajectories", "0"], "at least 1"),
+        (["--data", "missing.jsonl"], "not found"),
+        (["--faults", "no-such-profile"], "fault plan"),
+        (["--latency", "gaussian:1"], "bad latency model"),
+    ],
+)
+def test_cli_bad_input_is_a_clear_error(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        code = cli_main(["rollout", "--out", str(tmp_path), "--quiet", *argv])
+    except SystemExit as exc:  # argparse's own errors
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    assert code == 2
+    assert message in captured.err
+    assert "Traceback" not in captured.err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not GSM8K_TEST.exists(), reason="the GSM8K test split is not beside the checkout")
+def test_real_gsm8k_test_split_reaches_the_offline_ceiling(tmp_path: Path) -> None:
+    """All 1319 problems of the GSM8K test split, calm emulator: the mean reward equals the offline ceiling."""
+    from harness.gsm8k.data import load_problems
+    from harness.gsm8k.policy import offline_ceiling
+
+    problems = load_problems(GSM8K_TEST)
+    result = run_rollout(RolloutOptions(data=GSM8K_TEST, trajectories=len(problems), out=tmp_path))
+    _check_consistent(result)
+    print(f"\nGSM8K test split: mean reward {result.mean_reward:.4f} in {result.wall_s:.1f} s")
+    assert result.mean_reward == pytest.approx(offline_ceiling(problems), abs=1e-12)
