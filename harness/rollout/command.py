@@ -59,6 +59,7 @@ def summary_lines(result: Any) -> list[str]:
     lines = [
         f"backend        {options.backend} (embedded emulator); faults {options.faults or 'calm'}; mode {options.mode}",
         f"trajectories   {len(result.trajectories)} ({result.errors} failed)",
+        *[f"  failed: {t.error}" for t in result.trajectories if t.error][:3],
         f"tool calls     {result.tool_calls} ({result.tool_calls / len(result.trajectories):.2f} per trajectory)",
         f"mean reward    {result.mean_reward:.4f}",
     ]
@@ -72,7 +73,7 @@ def summary_lines(result: Any) -> list[str]:
     leaked = "n/a (stateless service)" if result.sandboxes_leaked is None else str(result.sandboxes_leaked)
     lines += [
         f"faults         {result.faults_injected} injected ({faults}) in {result.sandbox_requests} sandbox requests",
-        f"retries        {result.retried_requests} requests were retries",
+        f"retries        {result.retried_requests} requests were retries by the tool",
         f"sandboxes      {leaked} leaked",
         f"max in flight  {result.max_in_flight} requests at the sandbox",
         f"wall time      {result.wall_s:.2f} s ({len(result.trajectories) / result.wall_s:.1f} trajectories/s)",

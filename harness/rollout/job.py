@@ -9,6 +9,9 @@ plan, the score is verl's own GSM8K reward, and the step is dumped as verl's tra
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
+import logging
 import random
 import tempfile
 import time
@@ -216,7 +219,8 @@ async def _run_async(
 
     tokenizer = tiny_tokenizer()
     log = CallLog()
-    with tempfile.TemporaryDirectory(prefix="rollout-tools-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="rollout-tools-") as tmp, contextlib.redirect_stdout(io.StringIO()):
+        # (verl's BaseTool prints every tool schema it builds; the job's output is its summary)
         tools = [RecordingTool(t, log) for t in load_tools(_write_tool_config(options, server, Path(tmp)))]
     policy: ScriptedGSM8KPolicy | None = None
     if options.llm_url:
@@ -224,7 +228,8 @@ async def _run_async(
 
         base: Any = OpenAICompletionsServerManager(tokenizer, options.llm_url, model=options.llm_model)
     else:
-        policy = ScriptedGSM8KPolicy(problems, variant=options.variant, seed=options.seed)
+        unique = list({(p.split, p.index, p.question): p for p in problems}.values())
+        policy = ScriptedGSM8KPolicy(unique, variant=options.variant, seed=options.seed)
         base = ScriptedServerManager(
             tokenizer,
             policy,
@@ -308,8 +313,16 @@ def run_rollout(options: RolloutOptions, progress: Progress | None = None) -> Ro
     problems = select_problems(problems_all, options.trajectories, options.seed)
     emulator = _emulator(options)
     started = time.monotonic()
-    with EmulatorServer(emulator) as server:
-        trajectories, waits = asyncio.run(_run_async(options, server, problems, progress))
+    # An injected reset is an ASGI app that never answers: uvicorn logs each as an error. Expected here, so quiet.
+    server = EmulatorServer(emulator)  # (uvicorn sets its loggers' levels here, so quiet them after)
+    server_log = logging.getLogger("uvicorn.error")
+    level = server_log.level
+    server_log.setLevel(logging.CRITICAL)
+    try:
+        with server:
+            trajectories, waits = asyncio.run(_run_async(options, server, problems, progress))
+    finally:
+        server_log.setLevel(level)
     wall = time.monotonic() - started
     trajectories.sort(key=lambda t: t.index)
     entries = build_entries(
@@ -338,7 +351,9 @@ def run_rollout(options: RolloutOptions, progress: Progress | None = None) -> Ro
         wall_s=wall,
         faults_injected=sum(faults.values()),
         sandbox_requests=len(journal),
-        retried_requests=sum(1 for e in journal if e.attempt > 1),
+        # From the tools' own counts: the journal's attempt number is per request body, and identical programs of
+        # different trajectories (a problem sampled twice) share one.
+        retried_requests=sum(max(0, c.attempts - 1) for t in trajectories for c in t.tool_calls),
         max_in_flight=emulator.journal.max_in_flight(route),
         sandboxes_leaked=_leaked(emulator, options.backend),
         barrier_waits=waits,

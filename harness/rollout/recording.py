@@ -45,7 +45,10 @@ class RecordingTool(BaseTool):
     """Delegates to ``inner``; records each ``execute`` in ``log``."""
 
     def __init__(self, inner: BaseTool, log: CallLog) -> None:
-        super().__init__(inner.config, inner.tool_schema)
+        # Not BaseTool.__init__: it prints the schema again; these are the attributes verl reads.
+        self.config = inner.config
+        self.tool_schema = inner.tool_schema
+        self.name = inner.name
         self.inner = inner
         self.log = log
 
@@ -58,22 +61,19 @@ class RecordingTool(BaseTool):
     ) -> tuple[ToolResponse, float | None, dict[str, Any]]:
         agent_data = kwargs.get("agent_data")
         request_id = str(getattr(agent_data, "request_id", instance_id))
+        # Filed when the call starts, filled in when it ends: parallel calls of one turn finish in any order, but the
+        # model sees their observations in call order.
+        record = ToolCallRecord(self.name, dict(parameters), None, None, 0)
+        self.log.calls[request_id].append(record)
         try:
             response, reward, metrics = await self.inner.execute(instance_id, parameters, **kwargs)
         except Exception as exc:
-            record = ToolCallRecord(self.name, dict(parameters), None, None, 0, error=f"{type(exc).__name__}: {exc}")
-            self.log.calls[request_id].append(record)
+            record.error = f"{type(exc).__name__}: {exc}"
             raise
         metrics = dict(metrics or {})
-        self.log.calls[request_id].append(
-            ToolCallRecord(
-                name=self.name,
-                arguments=dict(parameters),
-                observation=response.text,
-                infra_fault=metrics.get("infra_fault"),
-                attempts=int(metrics.get("attempts", 1) or 0),  # a tool that does not count made one
-            )
-        )
+        record.observation = response.text
+        record.infra_fault = metrics.get("infra_fault")
+        record.attempts = int(metrics.get("attempts", 1) or 0)  # a tool that does not count made one
         return response, reward, metrics
 
     async def calc_reward(self, instance_id: str, **kwargs: Any) -> Any:
