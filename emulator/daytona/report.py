@@ -86,7 +86,9 @@ def sandbox_report(entries: Iterable[JournalEntry | Mapping[str, Any]]) -> Sandb
         status = _get(entry, "status")
         detail = _get(entry, "detail") or {}
         sandbox_id = detail.get("sandbox_id")
-        if not sandbox_id or status is None or status >= 400:
+        # A sandbox id in the detail means the real handler ran; the answer may still have been lost to an injected
+        # reset or truncation (no status), which is exactly when a client leaks one.
+        if not sandbox_id or (status is not None and status >= 400):
             continue
         finished = _get(entry, "finished")
         when = finished if finished is not None else _get(entry, "started")

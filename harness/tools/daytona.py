@@ -170,10 +170,13 @@ class DaytonaTool(BaseTool):
                 await limiter.release(permit)
                 await limiter.report(outcome)  # adaptive limiters shrink on 429; a no-op otherwise
 
-    async def _with_retries(self, make: Any) -> Any:
+    async def _with_retries(self, make: Any, attempts: list[int] | None = None) -> Any:
+        """``make()`` under the limiter, retried per the retry policy; ``attempts`` (a one-item list) gets the count."""
         attempt = 0
         while True:
             attempt += 1
+            if attempts is not None:
+                attempts[:] = [attempt]
             try:
                 return await self._limited(make)
             except _Infra as exc:
@@ -189,7 +192,7 @@ class DaytonaTool(BaseTool):
     # ------------------------------------------------------------------ sandboxes
 
     async def _create_sandbox(self, owner: str) -> _Slot:
-        from daytona import CreateSandboxFromSnapshotParams
+        from daytona import CreateSandboxFromSnapshotParams, DaytonaError
 
         labels = {**self.labels, "framework": "verl", "backend": "daytona", "tool": self.name, "instance_id": owner}
         params = CreateSandboxFromSnapshotParams(
@@ -201,28 +204,54 @@ class DaytonaTool(BaseTool):
             auto_stop_interval=self.auto_stop_interval,
             auto_delete_interval=self.auto_delete_interval,
         )
+        attempts = [0]
+        maybe_created = [False]
+
+        async def create_or_adopt() -> Any:
+            # A failed attempt may still have created the sandbox (its answer lost to a reset, a timeout, a gateway
+            # 502/504). Creating blindly again would leak it, or clash on its name: look before re-creating.
+            if maybe_created[0]:
+                existing = await self._owned(owner)
+                if existing:
+                    return existing[0]
+            try:
+                return await self._client.create(params, timeout=self.create_timeout)
+            except DaytonaError as exc:
+                status = getattr(exc, "status_code", None)
+                maybe_created[0] = maybe_created[0] or status is None or status in (500, 502, 504)
+                raise
+            except (OSError, asyncio.TimeoutError):
+                maybe_created[0] = True
+                raise
+
         try:
-            sandbox = await self._with_retries(lambda: self._client.create(params, timeout=self.create_timeout))
+            sandbox = await self._with_retries(create_or_adopt, attempts)
         except _Infra as exc:
             await self._sweep(owner)  # an attempt may have created one before failing
             return _Slot(None, exc.reason)
         except asyncio.CancelledError:
             self._spawn(self._sweep(owner))
             raise
+        if maybe_created[0]:
+            await self._sweep(owner, keep=str(sandbox.id))  # any other sandbox of this owner is an orphan
         return _Slot(sandbox)
 
-    async def _sweep(self, owner: str) -> None:
-        """Delete sandboxes labelled with ``owner`` that we hold no handle to (interrupted or failed creates)."""
+    async def _owned(self, owner: str) -> list[Any]:
+        """Sandboxes labelled as created for ``owner`` (an instance or trajectory id)."""
         from daytona import ListSandboxesQuery
 
-        found: list[Any] = []
+        return [sandbox async for sandbox in self._client.list(ListSandboxesQuery(labels={"instance_id": owner}))]
+
+    async def _sweep(self, owner: str, keep: str | None = None) -> None:
+        """Delete sandboxes labelled with ``owner`` that we hold no handle to (interrupted or failed creates);
+        ``keep`` is the id of the one we do hold."""
         try:
-            async for sandbox in self._client.list(ListSandboxesQuery(labels={"instance_id": owner})):
-                found.append(sandbox)
+            found = await self._limited(lambda: self._owned(owner))
         except Exception:  # best effort; auto-delete is the backstop
             return
         for sandbox in found:
-            await self._delete(sandbox)
+            if keep is None or str(sandbox.id) != keep:
+                await self._delete(sandbox)
 
     async def _delete(self, sandbox: Any) -> None:
         try:
@@ -309,15 +338,17 @@ class DaytonaTool(BaseTool):
             return _infra(slot.fault or "sandbox unavailable", 0)
         sandbox = slot.sandbox
         metrics: dict[str, Any] = {"sandbox_id": sandbox.id, "infra_fault": None}
+        attempts = [0]
         try:
             result = await self._with_retries(
-                lambda: sandbox.code_interpreter.run_code(code, timeout=max(1, round(timeout)), envs=envs)
+                lambda: sandbox.code_interpreter.run_code(code, timeout=max(1, round(timeout)), envs=envs), attempts
             )
         except DaytonaTimeoutError:
-            metrics.update(status="timeout", had_error=False)
+            metrics.update(status="timeout", had_error=False, attempts=attempts[0])
             return ToolResponse(text=TIMEOUT_OBSERVATION.format(timeout=timeout)), 0.0, metrics
         except _Infra as exc:
-            return _infra(exc.reason, 1, sandbox.id)
+            return _infra(exc.reason, attempts[0], sandbox.id)
+        metrics["attempts"] = attempts[0]
         text = (result.stdout or "") + (result.stderr or "")
         error = result.error
         if error is not None:

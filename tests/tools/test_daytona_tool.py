@@ -160,6 +160,30 @@ def test_create_failures_are_retried(sandbox_emulator: EmulatorServer) -> None:
     assert leaked(sandbox_emulator) == []
 
 
+@pytest.mark.faults(
+    {"rules": [{"id": "lost", "route": "daytona.sandbox.create", "attempts": "1", "fault": "truncate"}]}
+)
+def test_a_create_whose_answer_was_lost_is_adopted_not_repeated(sandbox_emulator: EmulatorServer) -> None:
+    """The first create really creates the sandbox, but its answer is cut off: the tool cannot know. Before trying
+    again it looks for a sandbox labelled with its instance id, finds it and uses it: no second create (which would
+    clash on the name or leak the first), nothing left behind."""
+    [(text, metrics)] = run_calls(make_tool(sandbox_emulator), [{"code": "print('ok')"}])
+    assert text == "ok\n" and metrics["attempts"] == 1
+    journal = sandbox_emulator.emulator.journal
+    assert [e.fault for e in journal.entries("daytona.sandbox.create")] == ["truncate"]
+    assert journal.entries("daytona.sandbox.list")  # it looked before re-creating
+    assert len(sandbox_emulator.emulator.daytona_report().sandboxes) == 1
+    assert leaked(sandbox_emulator) == []
+
+
+@pytest.mark.faults(
+    {"rules": [{"id": "attempt-1", "route": "daytona.interpreter.execute", "attempts": "1", "fault": {"status": 503}}]}
+)
+def test_execution_attempts_are_reported(sandbox_emulator: EmulatorServer) -> None:
+    [(text, metrics)] = run_calls(make_tool(sandbox_emulator), [{"code": "print('ok')"}])
+    assert text == "ok\n" and metrics["attempts"] == 2
+
+
 @pytest.mark.faults({"rules": [{"id": "down", "route": "daytona.sandbox.create", "fault": {"status": 503}}]})
 def test_spent_budget_is_an_infra_observation(sandbox_emulator: EmulatorServer) -> None:
     [(text, metrics)] = run_calls(make_tool(sandbox_emulator), [{"code": "print('ok')"}])
