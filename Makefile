@@ -7,9 +7,14 @@ BIN := $(VENV)/bin
 VENV071 := .venv-071
 BIN071 := $(VENV071)/bin
 
-.PHONY: demo test lint typecheck unit test-verl071 bench clean
+.PHONY: demo demo-http test lint typecheck unit test-verl071 bench clean
 
-demo: $(VENV)/.demo-installed
+# The main job: GSM8K multi-turn rollouts through verl's agent loop on the embedded emulator, dumped and validated.
+demo: $(VENV)/.rollout-installed
+	$(BIN)/sandbox-emulator rollout --out rollouts
+
+# The bare emulator alone: real programs over HTTP, then under injected faults (standard library client).
+demo-http: $(VENV)/.demo-installed
 	$(BIN)/python -m harness.demo
 
 test: $(VENV)/.test-installed lint typecheck unit test-verl071
@@ -40,13 +45,20 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
+# The rollout needs verl, which needs torch: the CPU build 2.13.0 first, so no CUDA build is pulled in.
+$(VENV)/.rollout-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[verl]'
+	touch $@ $(VENV)/.demo-installed
+
 # Tests need verl, which needs torch: the CPU build 2.13.0 first, so no CUDA build is pulled in.
 # The limiter tests start their own Debian redis-server on a free loopback port: install it when missing.
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
-	command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null)
+	command -v redis-server >/dev/null && command -v shellcheck >/dev/null || \
+		(apt-get update -qq && apt-get install -y -qq redis-server shellcheck >/dev/null)
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[dev,verl,daytona,bench,redis,ray]'
-	touch $@ $(VENV)/.demo-installed
+	touch $@ $(VENV)/.demo-installed $(VENV)/.rollout-installed
 
 # verl 0.7.1 pins numpy<2 but not pyarrow, whose newest needs NumPy 2: pyarrow is pinned below 22.
 $(VENV071)/.installed: pyproject.toml
