@@ -4,7 +4,8 @@ VerlTool (Jiang et al., 2025) reports that letting each trajectory go on as soon
 of waiting for the slowest call of the batch at every turn, speeds rollouts up 1.32x on Math-TIR (up to 1.97x on
 other tasks). This runs the same GSM8K rollout twice per latency model, ``--mode sync`` and ``--mode async``, with
 the same problems, the same policy and the same per-request latencies (the emulator draws a request's latency from
-its logical key, so both modes see identical tool latencies), and reports the wall-time ratio.
+its logical key, so both modes see identical tool latencies), and reports the ratio of rollout times (first
+trajectory started to last finished; the emulator's start and the tools' set-up are left out).
 """
 
 from __future__ import annotations
@@ -74,15 +75,15 @@ def compare_modes(
                 )
                 results[mode] = run_rollout(options)
                 if progress:
-                    print(f"  {label:<48} {mode:>5}: {results[mode].wall_s:6.2f} s", flush=True)
+                    print(f"  {label:<48} {mode:>5}: {results[mode].rollout_s:6.2f} s", flush=True)
             sync, asyn = results["sync"], results["async"]
             rows.append(
                 ModeRow(
                     model=label,
                     trajectories=trajectories,
                     tool_calls=asyn.tool_calls,
-                    sync_s=sync.wall_s,
-                    async_s=asyn.wall_s,
+                    sync_s=sync.rollout_s,
+                    async_s=asyn.rollout_s,
                     sync_reward=sync.mean_reward,
                     async_reward=asyn.mean_reward,
                     barrier_waits=sync.barrier_waits,

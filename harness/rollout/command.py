@@ -76,7 +76,8 @@ def summary_lines(result: Any) -> list[str]:
         f"retries        {result.retried_requests} requests were retries by the tool",
         f"sandboxes      {leaked} leaked",
         f"max in flight  {result.max_in_flight} requests at the sandbox",
-        f"wall time      {result.wall_s:.2f} s ({len(result.trajectories) / result.wall_s:.1f} trajectories/s)",
+        f"wall time      {result.wall_s:.2f} s; rollouts {result.rollout_s:.2f} s "
+        f"({len(result.trajectories) / max(result.rollout_s, 1e-9):.1f} trajectories/s)",
         f"dump           {result.dump_path}",
     ]
     return lines
@@ -147,6 +148,7 @@ def result_json(result: Any, valid: bool) -> dict[str, Any]:
         "max_in_flight": result.max_in_flight,
         "barrier_waits": result.barrier_waits,
         "wall_s": result.wall_s,
+        "rollout_s": result.rollout_s,
         "dump": str(result.dump_path),
         "valid": valid,
     }

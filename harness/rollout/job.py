@@ -108,13 +108,14 @@ class RolloutResult:
     options: RolloutOptions
     trajectories: list[Trajectory]
     dump_path: Path
-    wall_s: float
+    wall_s: float  # the whole job: emulator start, tools, rollouts, scoring
     faults_injected: int
     sandbox_requests: int
     retried_requests: int
     max_in_flight: int
     sandboxes_leaked: int | None  # None: the backend has no sandboxes (Sandbox Fusion is stateless)
     barrier_waits: int = 0
+    rollout_s: float = 0.0  # first trajectory started to last one finished
     fault_counts: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -213,7 +214,7 @@ Progress = Callable[[int, int, int], None]  # (finished trajectories, total, too
 
 async def _run_async(
     options: RolloutOptions, server: EmulatorServer, problems: list[Problem], progress: Progress | None
-) -> tuple[list[Trajectory], int]:
+) -> tuple[list[Trajectory], int, float]:
     from harness.rollout import ScriptedServerManager, agent_loop_config, build_tool_agent_loop, load_tools
     from harness.rollout.tokenizer import tiny_tokenizer
 
@@ -284,15 +285,17 @@ async def _run_async(
             offline_score=offline,
         )
 
+    started = time.monotonic()
     try:
         trajectories = await asyncio.gather(*(one(i, p) for i, p in enumerate(problems)))
+        rollout_s = time.monotonic() - started
     finally:
         for tool in tools:
             await tool.aclose()
         closer = getattr(base, "aclose", None)
         if closer is not None:
             await closer()
-    return list(trajectories), barrier.waits if barrier is not None else 0
+    return list(trajectories), barrier.waits if barrier is not None else 0, rollout_s
 
 
 def _leaked(emulator: Emulator, backend: str) -> int | None:
@@ -320,7 +323,7 @@ def run_rollout(options: RolloutOptions, progress: Progress | None = None) -> Ro
     server_log.setLevel(logging.CRITICAL)
     try:
         with server:
-            trajectories, waits = asyncio.run(_run_async(options, server, problems, progress))
+            trajectories, waits, rollout_s = asyncio.run(_run_async(options, server, problems, progress))
     finally:
         server_log.setLevel(level)
     wall = time.monotonic() - started
@@ -357,5 +360,6 @@ def run_rollout(options: RolloutOptions, progress: Progress | None = None) -> Ro
         max_in_flight=emulator.journal.max_in_flight(route),
         sandboxes_leaked=_leaked(emulator, options.backend),
         barrier_waits=waits,
+        rollout_s=rollout_s,
         fault_counts=faults,
     )
