@@ -1,0 +1,1 @@
+"""Chaos testing: virtual time, replayable fault schedules, and judges of client behaviour under faults."""
