@@ -25,7 +25,7 @@ from emulator.daytona.config import DaytonaConfig
 from emulator.daytona.report import SandboxReport, sandbox_report
 from emulator.daytona.service import DaytonaService
 from emulator.executor import Executor, ExecutorConfig
-from emulator.faults import FaultEngine, FaultPlan, FaultPlanError, RealClock, load_plan
+from emulator.faults import Clock, FaultEngine, FaultPlan, FaultPlanError, RealClock, load_plan
 from emulator.gate import FaultGate
 from emulator.journal import Journal
 from emulator.sandbox_fusion.jupyter import JupyterRunner
@@ -53,11 +53,18 @@ class EmulatorConfig:
 
 
 class Emulator:
-    """The emulated services with their shared state: executor, fault engine, journal."""
+    """The emulated services with their shared state: executor, fault engine, journal.
 
-    def __init__(self, config: EmulatorConfig | None = None, *, faults: PlanSpec = None) -> None:
+    ``clock`` is the time every part reads (injected latency, limits, quota windows, sandbox timers, journal
+    timestamps); wall time by default. Tests that serve the emulator inside a virtual-time event loop pass a clock
+    that reads that loop's time, so the emulator and its clients wait on one timeline.
+    """
+
+    def __init__(
+        self, config: EmulatorConfig | None = None, *, faults: PlanSpec = None, clock: Clock | None = None
+    ) -> None:
         self.config = config or EmulatorConfig()
-        self.clock = RealClock()
+        self.clock: Clock = clock if clock is not None else RealClock()
         self.engine = FaultEngine(_to_plan(faults), clock=self.clock)
         self.journal = Journal(self.clock)
         self.gate = FaultGate(self.engine, self.journal)
