@@ -10,8 +10,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 
@@ -43,6 +43,36 @@ class JournalEntry:
         data = asdict(self)
         data["duration"] = self.duration
         return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JournalEntry:
+        """Rebuild an entry from ``to_dict`` output (e.g. what ``GET /_emulator/journal`` answers)."""
+        names = {f.name for f in fields(cls)}
+        missing = sorted(n for n in ("seq", "route", "method", "path", "key", "attempt", "started") if n not in data)
+        if missing:
+            raise ValueError(f"journal entry lacks {', '.join(missing)}: {dict(data)!r}"[:300])
+        values = {k: v for k, v in data.items() if k in names}
+        values.setdefault("wall_started", 0.0)
+        values.setdefault("in_flight", 0)
+        values["detail"] = dict(values.get("detail") or {})
+        return cls(**values)
+
+
+def retry_after_detail(headers: Iterable[tuple[str, str]]) -> dict[str, float]:
+    """The waits a response asked for, by header name (``Retry-After`` or Daytona's ``Retry-After-{throttler}``).
+
+    Stored in an entry's ``detail["retry_after"]`` so a compliance check can compare it with the client's next try;
+    values that are not a number of seconds (an HTTP date) are left out.
+    """
+    waits: dict[str, float] = {}
+    for name, value in headers:
+        lower = name.lower()
+        if lower == "retry-after" or lower.startswith("retry-after-"):
+            try:
+                waits[name] = max(0.0, float(str(value).strip()))
+            except ValueError:
+                continue
+    return waits
 
 
 #: Entries kept by default: a long-running server must not grow without bound.

@@ -21,6 +21,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from emulator.executor import Executor
 from emulator.gate import WS_TIMEOUT_CLOSE, FaultGate, current_entry
+from emulator.journal import retry_after_detail
 
 from .config import AUTHENTICATED, SANDBOX_CREATE, SANDBOX_LIFECYCLE, DaytonaConfig
 from .errors import ApiError, api_error, daemon_error, json_response, now_iso
@@ -200,6 +201,8 @@ class DaytonaService:
                     entry = current_entry()
                     if entry is not None:
                         entry.detail["throttler"] = verdict.refused_by
+                        # What the client was told to wait, per throttler: the compliance oracle checks it.
+                        entry.detail["retry_after"] = retry_after_detail(verdict.headers)
                 else:
                     try:
                         payload = await operation(request, _json_body(body) if body else {})
