@@ -1,0 +1,211 @@
+"""The client-compliance oracle: each rule catches a tiny deliberately bad client and passes its well-behaved twin.
+
+The clients talk HTTP to the session emulator; only the journal (and the engine's decision log) is judged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import pytest
+
+from emulator.server import EmulatorServer
+from harness.chaos.compliance import ComplianceRules, check_compliance
+from harness.chaos.judges import ChaosJudge
+
+RUN_CODE = "sandbox_fusion.run_code"
+RETRY_AFTER_PLAN = {
+    "rules": [
+        {
+            "id": "gw-429",
+            "route": RUN_CODE,
+            "attempts": "1",
+            "fault": {"status": 429, "headers": {"Retry-After": "0.2"}},
+        }
+    ]
+}
+BURST_PLAN = {"rules": [{"id": "gw-503", "route": RUN_CODE, "attempts": "1", "fault": 503}]}
+STORM_PLAN = {"rules": [{"id": "storm", "route": RUN_CODE, "attempts": "1-9", "fault": 503}]}
+
+Delay = Callable[[int, float | None], float]
+
+
+async def run_client(url: str, key: str, delay: Delay, max_tries: int = 20) -> int:
+    """POST one program until it succeeds; ``delay(attempt, retry_after)`` says how long to wait after a failure."""
+    async with aiohttp.ClientSession() as session:
+        for attempt in range(1, max_tries + 1):
+            body = {"code": f"print({key!r})", "language": "python"}
+            async with session.post(url, json=body, headers={"X-Emulator-Key": key}) as response:
+                await response.read()
+                if response.status == 200:
+                    return attempt
+                header = response.headers.get("Retry-After")
+            await asyncio.sleep(delay(attempt, float(header) if header else None))
+    return max_tries
+
+
+def run_many(url: str, keys: list[str], delay: Delay, max_tries: int = 20) -> list[int]:
+    async def main() -> list[int]:
+        return list(await asyncio.gather(*(run_client(url, k, delay, max_tries) for k in keys)))
+
+    return asyncio.run(main())
+
+
+def judge(server: EmulatorServer, **rules: Any) -> Any:
+    return ChaosJudge.of(server.emulator).compliance(**rules)
+
+
+@pytest.mark.faults(RETRY_AFTER_PLAN)
+def test_ignoring_retry_after_is_caught(sandbox_emulator: EmulatorServer) -> None:
+    run_many(sandbox_emulator.run_code_url, ["a", "b"], lambda attempt, ra: 0.0)
+    report = judge(sandbox_emulator)
+    findings = report.by_rule("retry-after")
+    assert len(findings) == 2, report.render()
+    assert all(f.figures["required"] == pytest.approx(0.2) and f.figures["waited"] < 0.2 for f in findings)
+    assert findings[0].attempt == 2 and "Retry-After" in findings[0].message
+    with pytest.raises(AssertionError, match=r"\[retry-after\].*asked for 0.2s"):
+        report.assert_compliant()
+
+
+@pytest.mark.faults(RETRY_AFTER_PLAN)
+def test_waiting_retry_after_passes(sandbox_emulator: EmulatorServer) -> None:
+    run_many(sandbox_emulator.run_code_url, ["a", "b"], lambda attempt, ra: ra or 0.0)
+    report = judge(sandbox_emulator, skip=("jitter",))
+    report.assert_compliant()
+    assert report.checked["retry-after"] == 2
+    assert all(waited >= required for _, _, required, waited in report.waits)
+
+
+@pytest.mark.faults(BURST_PLAN)
+def test_fixed_delay_retry_wave_is_caught(sandbox_emulator: EmulatorServer) -> None:
+    keys = [f"k{i}" for i in range(8)]
+    run_many(sandbox_emulator.run_code_url, keys, lambda attempt, ra: 0.1)
+    report = judge(sandbox_emulator)
+    (finding,) = report.by_rule("jitter")
+    assert finding.figures["wave"] >= 6 and finding.figures["retries"] == 8, report.render()
+
+
+@pytest.mark.faults(BURST_PLAN)
+def test_retry_after_floor_without_jitter_above_it_is_caught(sandbox_emulator: EmulatorServer) -> None:
+    """Jitter below a Retry-After floor collapses onto the floor: every retry lands at the same delay."""
+    rng = random.Random(3)
+    run_many(sandbox_emulator.run_code_url, [f"k{i}" for i in range(8)], lambda a, ra: max(rng.uniform(0, 0.05), 0.15))
+    assert judge(sandbox_emulator).by_rule("jitter")
+
+
+@pytest.mark.faults(BURST_PLAN)
+def test_full_jitter_passes(sandbox_emulator: EmulatorServer) -> None:
+    rng = random.Random(7)
+    run_many(sandbox_emulator.run_code_url, [f"k{i}" for i in range(8)], lambda attempt, ra: rng.uniform(0.0, 0.4))
+    report = judge(sandbox_emulator)
+    assert report.checked.get("jitter") == 1, report.render()  # the burst was seen and judged
+    report.assert_compliant()
+
+
+@pytest.mark.faults(STORM_PLAN)
+def test_unlimited_retries_are_caught(sandbox_emulator: EmulatorServer) -> None:
+    (tries,) = run_many(sandbox_emulator.run_code_url, ["x"], lambda attempt, ra: 0.001)
+    assert tries == 10
+    report = judge(sandbox_emulator, max_attempts=4)
+    (finding,) = report.by_rule("retry-budget")
+    assert finding.figures == {"tries": 10, "budget": 4} and finding.attempt == 5
+    assert judge(sandbox_emulator, max_attempts=10).ok
+
+
+@pytest.mark.faults(STORM_PLAN)
+def test_retry_ratio_budget(sandbox_emulator: EmulatorServer) -> None:
+    run_many(sandbox_emulator.run_code_url, ["x", "y"], lambda attempt, ra: 0.001)
+    report = judge(sandbox_emulator, max_attempts=None, max_retry_ratio=2.0)
+    (finding,) = report.by_rule("retry-budget")
+    assert finding.figures == {"retries": 18, "calls": 2}
+
+
+LOST_CREATE = {"rules": [{"id": "lost-create", "route": "daytona.sandbox.create", "attempts": "1", "fault": "truncate"}]}
+
+
+def _daytona(server: EmulatorServer) -> tuple[str, dict[str, str]]:
+    return server.url + "/api", {"Authorization": f"Bearer {server.emulator.config.daytona.api_key}"}
+
+
+async def _create(session: aiohttp.ClientSession, api: str, headers: dict[str, str], owner: str) -> str | None:
+    try:
+        async with session.post(f"{api}/sandbox", json={"labels": {"instance_id": owner}}, headers=headers) as r:
+            return str((await r.json())["id"])
+    except (aiohttp.ClientError, ValueError):
+        return None
+
+
+async def _owned(session: aiohttp.ClientSession, api: str, headers: dict[str, str], owner: str) -> list[str]:
+    async with session.get(f"{api}/sandbox", headers=headers) as r:
+        items = await r.json()
+    items = items.get("items", items) if isinstance(items, dict) else items
+    return [str(s["id"]) for s in items if (s.get("labels") or {}).get("instance_id") == owner]
+
+
+async def _delete_all(session: aiohttp.ClientSession, api: str, headers: dict[str, str], ids: list[str]) -> None:
+    for sid in ids:
+        async with session.delete(f"{api}/sandbox/{sid}", headers=headers) as r:
+            await r.read()
+
+
+@pytest.mark.faults(LOST_CREATE)
+def test_blind_recreate_is_caught(sandbox_emulator: EmulatorServer) -> None:
+    api, headers = _daytona(sandbox_emulator)
+
+    async def blind() -> None:
+        async with aiohttp.ClientSession() as session:
+            first = await _create(session, api, headers, "traj-1")
+            assert first is None  # the answer was truncated
+            second = await _create(session, api, headers, "traj-1")
+            assert second is not None
+            await _delete_all(session, api, headers, [second])
+
+    asyncio.run(blind())
+    report = judge(sandbox_emulator)
+    (finding,) = report.by_rule("blind-recreate")
+    assert finding.identity == "instance_id=traj-1"
+    assert ChaosJudge.of(sandbox_emulator.emulator).invariants().by_rule("leaks")  # and the first one leaked
+
+
+@pytest.mark.faults(LOST_CREATE)
+def test_looking_before_recreating_passes(sandbox_emulator: EmulatorServer) -> None:
+    api, headers = _daytona(sandbox_emulator)
+
+    async def careful() -> None:
+        async with aiohttp.ClientSession() as session:
+            if await _create(session, api, headers, "traj-1") is None:
+                owned = await _owned(session, api, headers, "traj-1")
+                assert len(owned) == 1
+                await _delete_all(session, api, headers, owned)
+
+    asyncio.run(careful())
+    report = judge(sandbox_emulator)
+    assert report.checked["blind-recreate"] == 1
+    report.assert_compliant()
+    ChaosJudge.of(sandbox_emulator.emulator).assert_invariants()
+
+
+def test_rules_reject_bad_settings() -> None:
+    with pytest.raises(ValueError, match="unknown compliance rule"):
+        ComplianceRules(skip=("jiter",))
+    with pytest.raises(ValueError, match="max_wave_fraction"):
+        ComplianceRules(max_wave_fraction=0)
+
+
+def test_judges_read_journal_dicts() -> None:
+    """The journal over HTTP is a list of dicts: the oracle reads it the same way."""
+    told = {"seq": 1, "route": RUN_CODE, "method": "POST", "path": "/run_code", "key": "k", "attempt": 1}
+    told |= {"started": 0.0, "finished": 0.1, "status": 429, "detail": {"retry_after": {"Retry-After": 1.0}}}
+    retry = {"seq": 2, "route": RUN_CODE, "method": "POST", "path": "/run_code", "key": "k", "attempt": 2}
+    retry |= {"started": 0.5, "finished": 0.6, "status": 200}
+    report = check_compliance([told, retry])
+    (finding,) = report.by_rule("retry-after")
+    assert finding.figures["waited"] == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="lacks"):
+        check_compliance([{"route": RUN_CODE}])
+
+
