@@ -124,7 +124,9 @@ def test_retry_ratio_budget(sandbox_emulator: EmulatorServer) -> None:
     assert finding.figures == {"retries": 18, "calls": 2}
 
 
-LOST_CREATE = {"rules": [{"id": "lost-create", "route": "daytona.sandbox.create", "attempts": "1", "fault": "truncate"}]}
+LOST_CREATE = {
+    "rules": [{"id": "lost-create", "route": "daytona.sandbox.create", "attempts": "1", "fault": "truncate"}]
+}
 
 
 def _daytona(server: EmulatorServer) -> tuple[str, dict[str, str]]:
@@ -207,5 +209,3 @@ def test_judges_read_journal_dicts() -> None:
     assert finding.figures["waited"] == pytest.approx(0.4)
     with pytest.raises(ValueError, match="lacks"):
         check_compliance([{"route": RUN_CODE}])
-
-
