@@ -176,6 +176,7 @@ class Admission:
     ``granted`` False means a limit refused it (``limit``, ``retry_after``). ``headers`` are
     rate-limit headers to add to the response (Daytona style adds them to every response).
     A granted or refused admission from ``admit``/``decide`` must be released exactly once.
+    ``loaded`` marks a granted request counted in the route's load for ``overload`` rules.
     """
 
     ticket: int
@@ -187,6 +188,7 @@ class Admission:
     headers: Headers = ()
     held: tuple[str, ...] = ()
     epoch: int = 0
+    loaded: bool = False
 
 
 @dataclass(frozen=True)
@@ -195,7 +197,9 @@ class Decision:
 
     ``rule_id`` is the rule that chose the fault (None if none); ``rules_fired`` lists every rule
     that fired, latency-only ones included. ``refused`` is True when a limit answered 429.
-    ``limit_headers`` are rate-limit headers to attach to whatever response is sent.
+    ``limit_headers`` are rate-limit headers to attach to whatever response is sent. ``time`` is plan time (seconds
+    since the engine started) and ``load`` the in-flight count each ``overload`` rule saw, this request included:
+    both are logged, so decisions that depended on them replay exactly.
     """
 
     route: str
@@ -210,6 +214,7 @@ class Decision:
     limit: str | None = None
     limit_headers: Headers = ()
     time: float = 0.0
+    load: tuple[tuple[str, int], ...] = ()
     admission: Admission | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -238,6 +243,7 @@ class Decision:
             "limit": self.limit,
             "limit_headers": [list(h) for h in self.limit_headers],
             "time": self.time,
+            "load": dict(self.load),
             "action": None if self.action is None else self.action.to_dict(),
         }
 
@@ -259,6 +265,7 @@ class Decision:
                 limit=record.get("limit"),
                 limit_headers=tuple((str(k), str(v)) for k, v in record.get("limit_headers") or ()),
                 time=float(record.get("time", 0.0)),
+                load=tuple((str(k), int(v)) for k, v in (record.get("load") or {}).items()),
             )
         except KeyError as exc:
             raise FaultPlanError("record", f"decision record lacks {exc.args[0]!r}") from None

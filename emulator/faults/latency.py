@@ -1,7 +1,8 @@
 """Latency distributions sampled by inverse CDF from one keyed uniform draw.
 
-Inverse-CDF sampling keeps latency a pure function of the keyed uniform (see ``keyed.py``),
-so the same logical request always gets the same delay.
+Inverse-CDF sampling keeps latency a pure function of the keyed uniform (see ``keyed.py``) and, for the time-shaped
+``RampLatency``, of the engine's clock: the same logical request at the same plan time always gets the same delay.
+Every ``sample`` takes ``t`` (seconds since the engine started); the stationary distributions ignore it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ __all__ = [
     "LatencySpec",
     "LognormalLatency",
     "ParetoLatency",
+    "RampLatency",
     "UniformLatency",
 ]
 
@@ -29,7 +31,7 @@ class FixedLatency:
 
     seconds: float
 
-    def sample(self, u: float) -> float:
+    def sample(self, u: float, t: float = 0.0) -> float:
         """Return the fixed delay regardless of ``u``."""
         return self.seconds
 
@@ -45,7 +47,7 @@ class UniformLatency:
     low: float
     high: float
 
-    def sample(self, u: float) -> float:
+    def sample(self, u: float, t: float = 0.0) -> float:
         """Map ``u`` linearly onto the interval."""
         return self.low + (self.high - self.low) * u
 
@@ -71,7 +73,7 @@ class LognormalLatency:
         """Log-scale spread: ``(ln(p99) - ln(p50)) / z_0.99``."""
         return (math.log(self.p99) - math.log(self.p50)) / Z99
 
-    def sample(self, u: float) -> float:
+    def sample(self, u: float, t: float = 0.0) -> float:
         """Inverse CDF: ``exp(mu + sigma * Phi^-1(u))``."""
         if self.sigma == 0.0:
             return self.p50
@@ -93,7 +95,7 @@ class ParetoLatency:
     alpha: float
     cap: float | None = None
 
-    def sample(self, u: float) -> float:
+    def sample(self, u: float, t: float = 0.0) -> float:
         """Inverse CDF ``scale / (1 - u) ** (1 / alpha)``, clipped to ``cap``."""
         value = self.scale / float((1.0 - u) ** (1.0 / self.alpha))
         return min(value, self.cap) if self.cap is not None else value
@@ -106,4 +108,37 @@ class ParetoLatency:
         return {"pareto": body}
 
 
-LatencySpec = FixedLatency | UniformLatency | LognormalLatency | ParetoLatency
+@dataclass(frozen=True)
+class RampLatency:
+    """A delay that moves linearly from ``start_value`` to ``end_value`` over ``over`` seconds of plan time.
+
+    The ramp begins ``start`` seconds after the engine started and holds ``end_value`` afterwards: a brownout.
+    ``jitter`` spreads each delay uniformly over ``value * (1 +/- jitter)`` so requests are not in lockstep.
+    """
+
+    start_value: float
+    end_value: float
+    over: float
+    start: float = 0.0
+    jitter: float = 0.0
+
+    def value_at(self, t: float) -> float:
+        """The ramp's centre value at plan time ``t``."""
+        progress = min(1.0, max(0.0, (t - self.start) / self.over))
+        return self.start_value + (self.end_value - self.start_value) * progress
+
+    def sample(self, u: float, t: float = 0.0) -> float:
+        """Centre value at ``t``, spread by ``jitter`` according to ``u``."""
+        return max(0.0, self.value_at(t) * (1.0 + self.jitter * (2.0 * u - 1.0)))
+
+    def to_dict(self) -> dict[str, object]:
+        """Plan-syntax form."""
+        body: dict[str, object] = {"from": self.start_value, "to": self.end_value, "over": self.over}
+        if self.start:
+            body["start"] = self.start
+        if self.jitter:
+            body["jitter"] = self.jitter
+        return {"ramp": body}
+
+
+LatencySpec = FixedLatency | UniformLatency | LognormalLatency | ParetoLatency | RampLatency

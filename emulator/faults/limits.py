@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .plan import ConcurrencyLimit, TokenBucketLimit
+from .plan import ConcurrencyLimit, TokenBucketLimit, WindowLimit
 
-__all__ = ["BucketState", "CapState"]
+__all__ = ["BucketState", "CapState", "WindowState"]
 
 
 @dataclass
@@ -81,3 +81,35 @@ class BucketState:
     def remaining(self) -> int:
         """Whole tokens left."""
         return math.floor(self.tokens + 1e-9)
+
+
+@dataclass
+class WindowState:
+    """Fixed-window counter: the window opens at the first request after the previous one closed, as NestJS does."""
+
+    spec: WindowLimit
+    start: float | None = None
+    hits: int = 0
+
+    def roll(self, now: float) -> None:
+        """Open a fresh window when none is open or the open one has run its ``per`` seconds."""
+        if self.start is None or now - self.start >= self.spec.per:
+            self.start = now
+            self.hits = 0
+
+    def has_room(self) -> bool:
+        """True when the open window still admits a request (call ``roll`` first)."""
+        return self.hits < self.spec.max_requests
+
+    def take(self) -> None:
+        """Count one admitted request."""
+        self.hits += 1
+
+    def seconds_to_reset(self, now: float) -> float:
+        """Seconds until the open window closes (0 when none is open)."""
+        return 0.0 if self.start is None else max(0.0, self.start + self.spec.per - now)
+
+    @property
+    def remaining(self) -> int:
+        """Requests the open window still admits."""
+        return max(0, self.spec.max_requests - self.hits)

@@ -13,13 +13,14 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Literal, cast
 
 import yaml
 
 from .errors import FaultPlanError
-from .latency import FixedLatency, LatencySpec, LognormalLatency, ParetoLatency, UniformLatency
+from .latency import FixedLatency, LatencySpec, LognormalLatency, ParetoLatency, RampLatency, UniformLatency
 
 __all__ = [
     "FAULT_KINDS",
@@ -30,10 +31,14 @@ __all__ = [
     "HeadersStyle",
     "IntRange",
     "Limit",
+    "OverloadSpec",
     "Rule",
+    "TimeWindow",
     "TokenBucketLimit",
+    "WindowLimit",
     "parse_latency",
     "parse_ranges",
+    "route_matches",
 ]
 
 FaultKind = Literal["status", "hang", "reset", "truncate", "malformed", "sandbox_error", "null_stdout"]
@@ -51,6 +56,67 @@ _HEADERS_STYLES: tuple[HeadersStyle, ...] = ("retry-after", "daytona", "none")
 
 
 # --------------------------------------------------------------------------- data
+
+
+def route_matches(route: str, pattern: str) -> bool:
+    """True when ``route`` matches the glob ``pattern`` or one of its ``|``-separated alternatives."""
+    return any(fnmatchcase(route, alt) for alt in pattern.split("|"))
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    """Half-open span ``[start, end)`` of plan time (seconds since the engine started or was reset)."""
+
+    start: float = 0.0
+    end: float | None = None
+
+    def __contains__(self, t: object) -> bool:
+        return (
+            isinstance(t, (int, float))
+            and not isinstance(t, bool)
+            and t >= self.start
+            and (self.end is None or t < self.end)
+        )
+
+    def to_dict(self) -> dict[str, float]:
+        """Plan-syntax form."""
+        out = {"start": self.start}
+        if self.end is not None:
+            out["end"] = self.end
+        return out
+
+
+@dataclass(frozen=True)
+class OverloadSpec:
+    """Closed-loop load response, M/M/c-like: beyond ``capacity`` requests in flight on the rule's routes, each
+    excess request adds ``latency_per_excess`` seconds of queueing delay and ``p429_per_excess`` to the chance of
+    the rule's fault (a 429 unless the rule names another), capped at ``max_probability``."""
+
+    capacity: int
+    latency_per_excess: float = 0.0
+    p429_per_excess: float = 0.0
+    max_probability: float = 1.0
+
+    def excess(self, in_flight: int) -> int:
+        """Requests beyond capacity (0 when under it)."""
+        return max(0, in_flight - self.capacity)
+
+    def latency(self, in_flight: int) -> float:
+        """Added queueing delay at this load."""
+        return self.latency_per_excess * self.excess(in_flight)
+
+    def probability(self, in_flight: int) -> float:
+        """Chance of the overload fault at this load."""
+        return min(self.max_probability, self.p429_per_excess * self.excess(in_flight))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plan-syntax form."""
+        return {
+            "capacity": self.capacity,
+            "latency_per_excess": self.latency_per_excess,
+            "p429_per_excess": self.p429_per_excess,
+            "max_probability": self.max_probability,
+        }
 
 
 @dataclass(frozen=True)
@@ -116,7 +182,9 @@ class Rule:
 
     Empty ``attempts``/``requests`` mean "any". ``requests`` is a scripted schedule over the
     per-route arrival ordinal and is therefore order-dependent by nature; everything else is
-    keyed on the logical request and order-independent.
+    keyed on the logical request and order-independent. ``window`` restricts the rule to a span
+    of plan time; ``overload`` makes its latency and fault depend on the load in flight (both
+    are logged, so a replay reproduces them).
     """
 
     id: str
@@ -127,6 +195,8 @@ class Rule:
     probability: float = 1.0
     latency: LatencySpec | None = None
     fault: FaultSpec | None = None
+    window: TimeWindow | None = None
+    overload: OverloadSpec | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plan-syntax form."""
@@ -143,6 +213,10 @@ class Rule:
             out["latency"] = self.latency.to_dict()
         if self.fault is not None:
             out["fault"] = self.fault.to_dict()
+        if self.window is not None:
+            out["window"] = self.window.to_dict()
+        if self.overload is not None:
+            out["overload"] = self.overload.to_dict()
         return out
 
 
@@ -188,7 +262,29 @@ class TokenBucketLimit:
         }
 
 
-Limit = ConcurrencyLimit | TokenBucketLimit
+@dataclass(frozen=True)
+class WindowLimit:
+    """At most ``max_requests`` per fixed window of ``per`` seconds, the window opening at its first request (as
+    NestJS's throttler, which Daytona uses); the rest of the window answers 429."""
+
+    name: str
+    route: str
+    max_requests: int
+    per: float
+    headers_style: HeadersStyle = "retry-after"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plan-syntax form."""
+        return {
+            "name": self.name,
+            "route": self.route,
+            "max_requests": self.max_requests,
+            "per": self.per,
+            "headers_style": self.headers_style,
+        }
+
+
+Limit = ConcurrencyLimit | TokenBucketLimit | WindowLimit
 
 
 @dataclass(frozen=True)
@@ -399,11 +495,11 @@ def parse_ranges(value: object, path: str) -> tuple[IntRange, ...]:
 
 # --------------------------------------------------------------------------- latency
 
-_LATENCY_KINDS = ("fixed", "uniform", "lognormal", "pareto")
+_LATENCY_KINDS = ("fixed", "uniform", "lognormal", "pareto", "ramp")
 
 
 def parse_latency(value: object, path: str) -> LatencySpec:
-    """Parse a bare number (fixed seconds) or ``{fixed|uniform|lognormal|pareto: ...}``."""
+    """Parse a bare number (fixed seconds) or ``{fixed|uniform|lognormal|pareto|ramp: ...}``."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return FixedLatency(_number(value, path))
     m = _mapping(value, path)
@@ -427,6 +523,8 @@ def parse_latency(value: object, path: str) -> LatencySpec:
             raise FaultPlanError(sub, f"high ({high}) must be >= low ({low})")
         return UniformLatency(low, high)
     am = _mapping(arg, sub)
+    if kind == "ramp":
+        return _parse_ramp(am, sub)
     if kind == "lognormal":
         _check_keys(am, ("p50", "p99"), sub, required=("p50", "p99"))
         p50 = _number(am["p50"], f"{sub}.p50", positive=True)
@@ -441,6 +539,55 @@ def parse_latency(value: object, path: str) -> LatencySpec:
     if cap is not None and cap < scale:
         raise FaultPlanError(f"{sub}.cap", f"cap ({cap}) must be >= scale ({scale})")
     return ParetoLatency(scale, alpha, cap)
+
+
+def _parse_ramp(m: Mapping[str, Any], path: str) -> RampLatency:
+    _check_keys(m, ("from", "to", "over", "start", "jitter"), path, required=("from", "to", "over"))
+    jitter = 0.0 if m.get("jitter") is None else _number(m["jitter"], f"{path}.jitter")
+    if jitter > 1.0:
+        raise FaultPlanError(f"{path}.jitter", f"expected a fraction in [0, 1], got {jitter}")
+    return RampLatency(
+        start_value=_number(m["from"], f"{path}.from"),
+        end_value=_number(m["to"], f"{path}.to"),
+        over=_number(m["over"], f"{path}.over", positive=True),
+        start=0.0 if m.get("start") is None else _number(m["start"], f"{path}.start"),
+        jitter=jitter,
+    )
+
+
+def _parse_window(value: object, path: str) -> TimeWindow:
+    m = _mapping(value, path)
+    _check_keys(m, ("start", "end"), path)
+    if not m:
+        raise FaultPlanError(path, "expected 'start' and/or 'end' (seconds of plan time)")
+    start = 0.0 if m.get("start") is None else _number(m["start"], f"{path}.start")
+    end = None if m.get("end") is None else _number(m["end"], f"{path}.end")
+    if end is not None and end <= start:
+        raise FaultPlanError(f"{path}.end", f"window end ({end}) must be after its start ({start})")
+    return TimeWindow(start, end)
+
+
+_OVERLOAD_KEYS = ("capacity", "latency_per_excess", "p429_per_excess", "max_probability")
+
+
+def _parse_overload(value: object, path: str) -> OverloadSpec:
+    m = _mapping(value, path)
+    _check_keys(m, _OVERLOAD_KEYS, path, required=("capacity",))
+    latency = (
+        0.0 if m.get("latency_per_excess") is None else _number(m["latency_per_excess"], f"{path}.latency_per_excess")
+    )
+    p = 0.0 if m.get("p429_per_excess") is None else _probability(m["p429_per_excess"], f"{path}.p429_per_excess")
+    cap = 1.0 if m.get("max_probability") is None else _probability(m["max_probability"], f"{path}.max_probability")
+    if latency == 0.0 and p == 0.0:
+        raise FaultPlanError(path, "set latency_per_excess and/or p429_per_excess, otherwise overload does nothing")
+    return OverloadSpec(_int(m["capacity"], f"{path}.capacity", minimum=0), latency, p, cap)
+
+
+def _probability(value: object, path: str) -> float:
+    p = _number(value, path)
+    if p > 1.0:
+        raise FaultPlanError(path, f"expected a probability in [0, 1], got {p}")
+    return p
 
 
 # --------------------------------------------------------------------------- faults
@@ -522,24 +669,36 @@ def _parse_fault(value: object, path: str) -> FaultSpec:
 
 # --------------------------------------------------------------------------- rules, limits, plan
 
-_RULE_KEYS = ("id", "route", "key", "attempts", "requests", "probability", "latency", "fault")
+_RULE_KEYS = ("id", "route", "key", "attempts", "requests", "window", "probability", "latency", "fault", "overload")
+
+
+def _route(value: object, path: str) -> str:
+    """A glob, or a list of globs stored as ``|``-separated alternatives."""
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise FaultPlanError(path, "expected at least one route glob, got an empty list")
+        parts = [_str(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    else:
+        parts = _str(value, path).split("|")
+    for part in parts:
+        if not part or "|" in part:
+            raise FaultPlanError(path, f"expected route globs without empty alternatives, got {value_repr(value)}")
+    return "|".join(parts)
 
 
 def _parse_rule(value: object, index: int, path: str) -> Rule:
     m = _mapping(value, path)
     _check_keys(m, _RULE_KEYS, path)
     rule_id = _str(m["id"], f"{path}.id") if m.get("id") is not None else f"r{index}"
-    route = _str(m.get("route", "*"), f"{path}.route")
+    route = _route(m.get("route", "*"), f"{path}.route")
     key = None if m.get("key") is None else _str(m["key"], f"{path}.key")
-    probability = 1.0
-    if m.get("probability") is not None:
-        probability = _number(m["probability"], f"{path}.probability")
-        if probability > 1.0:
-            raise FaultPlanError(f"{path}.probability", f"expected a probability in [0, 1], got {probability}")
+    probability = 1.0 if m.get("probability") is None else _probability(m["probability"], f"{path}.probability")
     latency = None if m.get("latency") is None else parse_latency(m["latency"], f"{path}.latency")
     fault = None if m.get("fault") is None else _parse_fault(m["fault"], f"{path}.fault")
-    if latency is None and fault is None:
-        raise FaultPlanError(path, "a rule needs 'latency' and/or 'fault', otherwise it does nothing")
+    window = None if m.get("window") is None else _parse_window(m["window"], f"{path}.window")
+    overload = None if m.get("overload") is None else _parse_overload(m["overload"], f"{path}.overload")
+    if latency is None and fault is None and overload is None:
+        raise FaultPlanError(path, "a rule needs 'latency', 'fault' and/or 'overload', otherwise it does nothing")
     return Rule(
         id=rule_id,
         route=route,
@@ -549,6 +708,8 @@ def _parse_rule(value: object, index: int, path: str) -> Rule:
         probability=probability,
         latency=latency,
         fault=fault,
+        window=window,
+        overload=overload,
     )
 
 
@@ -558,25 +719,39 @@ def _headers_style(value: object, path: str) -> HeadersStyle:
     return value
 
 
+_LIMIT_KINDS = (
+    "'max_in_flight' (concurrency cap), 'rate' and 'burst' (token bucket) or 'max_requests' and 'per' (fixed window)"
+)
+
+
 def _parse_limit(value: object, index: int, path: str) -> Limit:
     m = _mapping(value, path)
     is_cap = "max_in_flight" in m
     is_bucket = "rate" in m or "burst" in m
-    if is_cap and is_bucket:
-        raise FaultPlanError(
-            path, "a limit is either a concurrency cap (max_in_flight) or a token bucket (rate, burst)"
+    is_window = "max_requests" in m or "per" in m
+    if is_cap + is_bucket + is_window > 1:
+        raise FaultPlanError(path, f"a limit is either one kind or another, not several: {_LIMIT_KINDS}")
+    if not (is_cap or is_bucket or is_window):
+        _check_keys(
+            m,
+            ("name", "route", "max_in_flight", "rate", "burst", "max_requests", "per", "headers_style", "retry_after"),
+            path,
         )
-    if not is_cap and not is_bucket:
-        _check_keys(m, ("name", "route", "max_in_flight", "rate", "burst", "headers_style", "retry_after"), path)
-        raise FaultPlanError(path, "expected 'max_in_flight' (concurrency cap) or 'rate' and 'burst' (token bucket)")
+        raise FaultPlanError(path, f"expected {_LIMIT_KINDS}")
     name = _str(m["name"], f"{path}.name") if m.get("name") is not None else f"limit{index}"
-    route = _str(m.get("route", "*"), f"{path}.route")
+    route = _route(m.get("route", "*"), f"{path}.route")
     style = _headers_style(m.get("headers_style", "retry-after"), f"{path}.headers_style")
     if is_cap:
         _check_keys(m, ("name", "route", "max_in_flight", "headers_style", "retry_after"), path)
         retry_after = 1.0 if m.get("retry_after") is None else _number(m["retry_after"], f"{path}.retry_after")
         cap = _int(m["max_in_flight"], f"{path}.max_in_flight", minimum=0)
         return ConcurrencyLimit(name, route, cap, style, retry_after)
+    if is_window:
+        _check_keys(
+            m, ("name", "route", "max_requests", "per", "headers_style"), path, required=("max_requests", "per")
+        )
+        max_requests = _int(m["max_requests"], f"{path}.max_requests", minimum=1)
+        return WindowLimit(name, route, max_requests, _number(m["per"], f"{path}.per", positive=True), style)
     _check_keys(m, ("name", "route", "rate", "burst", "headers_style"), path, required=("rate", "burst"))
     rate = _number(m["rate"], f"{path}.rate", positive=True)
     burst = _int(m["burst"], f"{path}.burst", minimum=1)
