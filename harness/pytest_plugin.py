@@ -10,24 +10,38 @@ Fixtures:
 * ``daytona_config`` - a ``daytona.DaytonaConfig`` (the real SDK's) pointed at this test's emulator, with its key.
 * ``daytona_client`` - a sync ``daytona.Daytona`` built from ``daytona_config`` (needs the ``daytona`` extra).
 * ``daytona_leaks`` - the Daytona sandbox report of this test (``.leaked``, ``.leaked_by(label)``, ``.max_alive``).
+* ``chaos_seed`` - the seed this test's fault plan runs with (derived from ``--chaos-seed`` and the node id).
 
 The emulator is reset after every test, which destroys the sandboxes the test left alive.
 
-Marker: ``@pytest.mark.faults(plan)`` where plan is a dict, a YAML/JSON path or a profile name.
+Marker: ``@pytest.mark.faults(plan)`` where plan is a dict, a YAML/JSON path or a profile name;
+``@pytest.mark.faults(plan, seed=N)`` pins the plan's seed to ``N`` instead of deriving it.
+
+Chaos options: ``--chaos-seed N`` (default 0) derives each test's plan seed from ``N``, the test's node id and the
+plan's own seed, so a test's decisions depend on nothing else. When a test that used the emulator fails, its decision
+log is written under ``--chaos-log-dir`` (default ``.chaos`` in the rootdir) and the failure report names the one
+command that replays it: ``pytest '<nodeid>' --chaos-replay=<log>``, which answers every request from that log
+(strictly: a request the log does not hold is an error).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
 from emulator.app import Emulator, EmulatorConfig
 from emulator.daytona import SandboxReport
 from emulator.executor import ExecutorConfig
+from emulator.faults import FaultEngine, FaultPlan, FaultPlanError
+from emulator.faults.log import DecisionLog
+from emulator.faults.replay import ReplayEngine
 from emulator.journal import Journal
 from emulator.server import EmulatorServer
+from harness.chaos.seeds import DEFAULT_CHAOS_SEED, derive_seed, log_path_for, parse_chaos_seed, replay_command
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -38,12 +52,94 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="fast",
         help="how the emulator runs submitted Python: fork from a warm interpreter (fast) or a fresh one",
     )
+    group.addoption(
+        "--chaos-seed",
+        default=None,
+        metavar="N",
+        help=f"session chaos seed; each test's fault-plan seed derives from it and the node id "
+        f"(default {DEFAULT_CHAOS_SEED})",
+    )
+    group.addoption(
+        "--chaos-log-dir",
+        default=None,
+        metavar="DIR",
+        help="where a failing test's fault decision log is written (default: .chaos in the rootdir)",
+    )
+    group.addoption(
+        "--chaos-replay",
+        default=None,
+        metavar="LOG",
+        help="answer every emulator request from this decision log (written by a failing test) instead of the plan",
+    )
+
+
+@dataclass
+class ChaosSettings:
+    """The session's chaos options, checked once."""
+
+    seed: int
+    log_dir: Path
+    replay: Path | None
+    #: ``(nodeid, command)`` of every failing test whose decisions were logged, for the terminal summary.
+    commands: list[tuple[str, str]] = field(default_factory=list)
+
+
+_SETTINGS = pytest.StashKey[ChaosSettings]()
+_EMULATOR = pytest.StashKey[Emulator]()
+_DUMPED = pytest.StashKey[bool]()
+_SEED = pytest.StashKey[int]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "faults(plan): load this fault plan (dict, YAML/JSON path or profile name) into the emulator"
+        "markers",
+        "faults(plan, seed=None): load this fault plan (dict, YAML/JSON path or profile name) into the emulator",
     )
+    raw_seed = config.getoption("--chaos-seed", None)
+    try:
+        seed = DEFAULT_CHAOS_SEED if raw_seed is None else parse_chaos_seed(str(raw_seed))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    here = config.invocation_params.dir
+    raw_dir = config.getoption("--chaos-log-dir", None)
+    log_dir = (here / raw_dir).resolve() if raw_dir else config.rootpath / ".chaos"
+    raw_replay = config.getoption("--chaos-replay", None)
+    replay = (here / raw_replay).resolve() if raw_replay else None
+    if replay is not None and not replay.is_file():
+        raise pytest.UsageError(f"--chaos-replay: no decision log at {replay}")
+    config.stash[_SETTINGS] = ChaosSettings(seed, log_dir, replay)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    settings = config.stash.get(_SETTINGS, None)
+    if settings is None:
+        return None
+    if settings.replay is not None:
+        return f"chaos: replaying decisions from {settings.replay}"
+    return f"chaos seed: {settings.seed} (--chaos-seed)"
+
+
+def _chaos_settings(config: pytest.Config) -> ChaosSettings:
+    return config.stash[_SETTINGS]
+
+
+def _test_plan(emulator: Emulator, request: pytest.FixtureRequest) -> FaultPlan:
+    """Load the marker's plan with this test's seed: pinned by ``seed=``, else derived from the chaos seed."""
+    marker = request.node.get_closest_marker("faults")
+    plan = emulator.set_faults(marker.args[0] if marker and marker.args else None)
+    pinned = marker.kwargs.get("seed") if marker else None
+    if pinned is not None:
+        if isinstance(pinned, bool) or not isinstance(pinned, int):
+            raise FaultPlanError("faults marker", f"seed must be an integer, got {pinned!r}")
+        return emulator.set_faults(plan.with_seed(pinned))
+    chaos_seed = _chaos_settings(request.config).seed
+    return emulator.set_faults(plan.with_seed(derive_seed(chaos_seed, request.node.nodeid, plan.seed)))
+
+
+def _use_engine(emulator: Emulator, engine: FaultEngine | ReplayEngine) -> None:
+    """Point the emulator and its gate (which holds its own reference) at ``engine``; both read it per request."""
+    emulator.engine = cast(FaultEngine, engine)  # a ReplayEngine has the decide/release/clock/log surface the gate uses
+    emulator.gate.engine = cast(FaultEngine, engine)
 
 
 @pytest.fixture(scope="session")
@@ -59,14 +155,55 @@ def sandbox_emulator(
     sandbox_emulator_session: EmulatorServer, request: pytest.FixtureRequest
 ) -> Iterator[EmulatorServer]:
     emulator = sandbox_emulator_session.emulator
-    marker = request.node.get_closest_marker("faults")
-    emulator.set_faults(marker.args[0] if marker and marker.args else None)
+    original = emulator.engine
+    request.node.stash[_SEED] = _test_plan(emulator, request).seed
     emulator.reset()
+    replay_log = _chaos_settings(request.config).replay
+    if replay_log is not None:
+        _use_engine(emulator, ReplayEngine(replay_log, strict=True, clock=emulator.clock))
+    request.node.stash[_EMULATOR] = emulator
     try:
         yield sandbox_emulator_session
     finally:
+        _use_engine(emulator, original)
         emulator.set_faults(None)
         emulator.reset()
+
+
+@pytest.fixture
+def chaos_seed(sandbox_emulator: EmulatorServer, request: pytest.FixtureRequest) -> int:
+    """The seed this test's fault plan runs with (see ``--chaos-seed``)."""
+    return int(request.node.stash[_SEED])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    """On the first failing phase of a test that used the emulator, write its decision log and name the replay."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    emulator = item.stash.get(_EMULATOR, None)
+    if not report.failed or emulator is None or item.stash.get(_DUMPED, False):
+        return
+    item.stash[_DUMPED] = True
+    settings = _chaos_settings(item.config)
+    log: DecisionLog = emulator.engine.log
+    suffix = ".replay" if settings.replay is not None else ""
+    path = log.dump_jsonl(log_path_for(settings.log_dir, item.nodeid, suffix))
+    command = replay_command(item.nodeid, settings.replay if settings.replay is not None else path)
+    seed_note = "" if settings.replay is not None else f" (chaos seed {settings.seed})"
+    report.sections.append(
+        ("chaos replay", f"{len(log)} fault decisions logged to {path}{seed_note}; replay exactly with:\n{command}\n")
+    )
+    settings.commands.append((item.nodeid, command))
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    settings = config.stash.get(_SETTINGS, None)
+    if settings is None or not settings.commands:
+        return
+    terminalreporter.section("chaos replay")
+    for _, command in settings.commands:
+        terminalreporter.write_line(command)
 
 
 @pytest.fixture

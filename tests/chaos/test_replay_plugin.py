@@ -1,0 +1,147 @@
+"""Replayable chaos schedules through the pytest plugin, as a user sees them: a test failing under a seeded
+probabilistic plan prints one replay command; rerunning that command gives the same decisions and statuses."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from harness.chaos.seeds import derive_seed, log_path_for, parse_chaos_seed, replay_command
+
+USER_TESTS = """
+import json, os
+from pathlib import Path
+
+import pytest, requests
+
+PLAN = {"rules": [{"id": "coin", "route": "sandbox_fusion.run_code", "probability": 0.5, "fault": {"status": 503}}]}
+
+def _run(url, journal, name):
+    statuses = []
+    for i in range(16):
+        r = requests.post(url, json={"code": "print(1)", "language": "python"},
+                          headers={"X-Emulator-Key": f"k{i}"}, timeout=30)
+        statuses.append(r.status_code)
+    out = Path(__file__).parent / f"{name}-{os.environ['CHAOS_RUN']}.json"
+    out.write_text(json.dumps({"statuses": statuses, "journal": [e.status for e in journal.entries()]}))
+    return statuses
+
+@pytest.mark.faults(PLAN)
+def test_fails_under_faults(sandbox_fusion_url, emulator_journal, chaos_seed):
+    statuses = _run(sandbox_fusion_url, emulator_journal, "first")
+    assert 503 not in statuses, "the coin came up 503"
+
+@pytest.mark.faults(PLAN)
+def test_same_plan_other_test(sandbox_fusion_url, emulator_journal):
+    _run(sandbox_fusion_url, emulator_journal, "second")
+
+@pytest.mark.faults(PLAN, seed=7)
+def test_pinned_seed(chaos_seed):
+    assert chaos_seed == 7
+"""
+
+
+def _statuses(pytester: pytest.Pytester, name: str, run: str) -> list[int]:
+    data = json.loads((pytester.path / f"{name}-{run}.json").read_text())
+    assert data["statuses"] == data["journal"]
+    return list(data["statuses"])
+
+
+def _decisions(path: Path) -> list[tuple[str, str, int, str]]:
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [(r["route"], r["key"], r["attempt"], r["kind"]) for r in records]
+
+
+def _run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, run: str, *args: str) -> pytest.RunResult:
+    monkeypatch.setenv("CHAOS_RUN", run)
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+
+
+def test_failure_prints_one_replay_command_that_reproduces_it(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_user=USER_TESTS)
+    first = _run(pytester, monkeypatch, "a", "--chaos-seed", "5", "--chaos-log-dir", "logs")
+    first.assert_outcomes(failed=1, passed=2)
+    first.stdout.fnmatch_lines(["*chaos seed: 5*"])
+    commands = [line for line in first.outlines if line.startswith("pytest ") and "--chaos-replay=" in line]
+    # The failure report and the terminal summary both name it, and only the failing test has one.
+    assert len(set(commands)) == 1, first.outlines
+    argv = shlex.split(commands[0])
+    assert argv[1] == "test_user.py::test_fails_under_faults"
+    log = Path(argv[2].split("=", 1)[1])
+    assert log.parent == pytester.path / "logs" and log.is_file()
+    original = _statuses(pytester, "first", "a")
+    assert 503 in original and 200 in original  # the seeded coin mixes outcomes
+
+    replayed = _run(pytester, monkeypatch, "b", *argv[1:])
+    replayed.assert_outcomes(failed=1)
+    replayed.stdout.fnmatch_lines(["*chaos: replaying decisions from*"])
+    assert _statuses(pytester, "first", "b") == original
+    replay_log = log_path_for(log.parent, argv[1], ".replay")
+    assert _decisions(replay_log) == _decisions(log)
+
+
+def test_decisions_follow_the_chaos_seed_and_the_node_id(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_user=USER_TESTS)
+    _run(pytester, monkeypatch, "s5", "--chaos-seed", "5")
+    _run(pytester, monkeypatch, "s5again", "--chaos-seed", "5", "-k", "fails_under")
+    _run(pytester, monkeypatch, "s6", "--chaos-seed", "6")
+    # Same seed: same decisions, even with the other tests deselected.
+    assert _statuses(pytester, "first", "s5") == _statuses(pytester, "first", "s5again")
+    # Another session seed, or another test with the same plan: other decisions.
+    assert _statuses(pytester, "first", "s5") != _statuses(pytester, "first", "s6")
+    assert _statuses(pytester, "first", "s5") != _statuses(pytester, "second", "s5")
+
+
+def test_replay_is_strict_about_requests_the_log_lacks(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(
+        test_other="""
+import requests
+
+def test_more_requests(sandbox_fusion_url):
+    r = requests.post(sandbox_fusion_url, json={"code": "print(1)", "language": "python"},
+                      headers={"X-Emulator-Key": "not-in-log"}, timeout=30)
+    assert r.status_code == 200
+"""
+    )
+    log = pytester.path / "empty.jsonl"
+    log.write_text("")
+    result = _run(pytester, monkeypatch, "x", f"--chaos-replay={log}")
+    result.assert_outcomes(failed=1)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--chaos-seed", "abc"), "*--chaos-seed must be a non-negative integer, got 'abc'*"),
+        (("--chaos-seed", "-3"), "*--chaos-seed must be a non-negative integer*"),
+        (("--chaos-replay", "missing.jsonl"), "*--chaos-replay: no decision log at*missing.jsonl*"),
+    ],
+)
+def test_bad_options_are_clear_errors(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], message: str
+) -> None:
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = _run(pytester, monkeypatch, "e", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_seed_helpers() -> None:
+    assert derive_seed(0, "a.py::t") == derive_seed(0, "a.py::t")
+    assert len({derive_seed(s, n, p) for s in (0, 1) for n in ("a.py::t", "a.py::u") for p in (0, 9)}) == 8
+    assert 0 <= derive_seed(123, "x") < 2**32
+    assert parse_chaos_seed("0x10") == 16
+    path = log_path_for(Path("d"), "tests/a b.py::test[x/y]")
+    assert path.parent == Path("d") and "/" not in path.name and " " not in path.name
+    assert log_path_for(Path("d"), "t[a/b]") != log_path_for(Path("d"), "t[a_b]")
+    assert replay_command("t.py::x[a b]", Path("l o g.jsonl")) == "pytest 't.py::x[a b]' --chaos-replay='l o g.jsonl'"
