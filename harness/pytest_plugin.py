@@ -192,7 +192,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     command = replay_command(item.nodeid, settings.replay if settings.replay is not None else path)
     seed_note = "" if settings.replay is not None else f" (chaos seed {settings.seed})"
     report.sections.append(
-        ("chaos replay", f"{len(log)} fault decisions logged to {path}{seed_note}; replay exactly with:\n{command}\n")
+        (
+            "chaos replay",
+            f"{len(log)} fault decisions (one per request) in {path}{seed_note}; replay exactly with:\n{command}\n",
+        )
     )
     settings.commands.append((item.nodeid, command))
 

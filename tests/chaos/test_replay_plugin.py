@@ -60,6 +60,13 @@ def _run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, run: str, *
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
 
 
+def _run_inprocess(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, run: str, *args: str
+) -> pytest.RunResult:
+    monkeypatch.setenv("CHAOS_RUN", run)
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
+
+
 def test_failure_prints_one_replay_command_that_reproduces_it(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -81,7 +88,8 @@ def test_failure_prints_one_replay_command_that_reproduces_it(
     replayed.assert_outcomes(failed=1)
     replayed.stdout.fnmatch_lines(["*chaos: replaying decisions from*"])
     assert _statuses(pytester, "first", "b") == original
-    replay_log = log_path_for(log.parent, argv[1], ".replay")
+    # The replay run logs what it answered beside the default log dir, under its own name.
+    replay_log = log_path_for(pytester.path / ".chaos", argv[1], ".replay")
     assert _decisions(replay_log) == _decisions(log)
 
 
@@ -89,9 +97,9 @@ def test_decisions_follow_the_chaos_seed_and_the_node_id(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytester.makepyfile(test_user=USER_TESTS)
-    _run(pytester, monkeypatch, "s5", "--chaos-seed", "5")
-    _run(pytester, monkeypatch, "s5again", "--chaos-seed", "5", "-k", "fails_under")
-    _run(pytester, monkeypatch, "s6", "--chaos-seed", "6")
+    _run_inprocess(pytester, monkeypatch, "s5", "--chaos-seed", "5").assert_outcomes(failed=1, passed=2)
+    _run_inprocess(pytester, monkeypatch, "s5again", "--chaos-seed", "5", "-k", "fails_under")
+    _run_inprocess(pytester, monkeypatch, "s6", "--chaos-seed", "6")
     # Same seed: same decisions, even with the other tests deselected.
     assert _statuses(pytester, "first", "s5") == _statuses(pytester, "first", "s5again")
     # Another session seed, or another test with the same plan: other decisions.
@@ -109,13 +117,13 @@ import requests
 def test_more_requests(sandbox_fusion_url):
     r = requests.post(sandbox_fusion_url, json={"code": "print(1)", "language": "python"},
                       headers={"X-Emulator-Key": "not-in-log"}, timeout=30)
-    assert r.status_code == 200
+    assert r.status_code == 500
+    assert "no logged decision for route='sandbox_fusion.run_code' key='not-in-log' attempt=1" in r.json()["detail"]
 """
     )
     log = pytester.path / "empty.jsonl"
     log.write_text("")
-    result = _run(pytester, monkeypatch, "x", f"--chaos-replay={log}")
-    result.assert_outcomes(failed=1)
+    _run_inprocess(pytester, monkeypatch, "x", f"--chaos-replay={log}").assert_outcomes(passed=1)
 
 
 @pytest.mark.parametrize(
@@ -130,7 +138,7 @@ def test_bad_options_are_clear_errors(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], message: str
 ) -> None:
     pytester.makepyfile(test_x="def test_x():\n    pass\n")
-    result = _run(pytester, monkeypatch, "e", *args)
+    result = _run_inprocess(pytester, monkeypatch, "e", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
     assert "Traceback" not in result.stderr.str()
