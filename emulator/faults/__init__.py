@@ -12,7 +12,7 @@ from .decision import Admission, Decision, FaultAction
 from .engine import FaultEngine
 from .errors import AdmissionError, FaultPlanError, ReplayMissError
 from .keyed import keyed_uniform, logical_key
-from .latency import FixedLatency, LatencySpec, LognormalLatency, ParetoLatency, UniformLatency
+from .latency import FixedLatency, LatencySpec, LognormalLatency, ParetoLatency, RampLatency, UniformLatency
 from .log import DecisionLog, dump_jsonl, load_jsonl
 from .plan import (
     ConcurrencyLimit,
@@ -22,8 +22,12 @@ from .plan import (
     HeadersStyle,
     IntRange,
     Limit,
+    OverloadSpec,
     Rule,
+    TimeWindow,
     TokenBucketLimit,
+    WindowLimit,
+    route_matches,
 )
 from .profiles import PROFILES, load_plan, profile_names
 from .replay import ReplayEngine
@@ -51,17 +55,22 @@ __all__ = [
     "Limit",
     "LognormalLatency",
     "ManualClock",
+    "OverloadSpec",
     "ParetoLatency",
+    "RampLatency",
     "RealClock",
     "ReplayEngine",
     "ReplayMissError",
     "Rule",
+    "TimeWindow",
     "TokenBucketLimit",
     "UniformLatency",
+    "WindowLimit",
     "dump_jsonl",
     "keyed_uniform",
     "load_jsonl",
     "load_plan",
     "logical_key",
     "profile_names",
+    "route_matches",
 ]

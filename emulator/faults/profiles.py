@@ -1,6 +1,8 @@
 """Named built-in fault profiles (plain dicts) and ``load_plan`` to turn any plan spec into a ``FaultPlan``.
 
-Profiles are data, not code, so users can copy one into a YAML file and edit it.
+Profiles are data, not code, so users can copy one into a YAML file and edit it. The package holds the canonical
+copies (the emulator never reads a repository's files at run time); the repository's ``fixtures/chaos/*.yaml`` are
+checked to be equal to them.
 """
 
 from __future__ import annotations
@@ -62,12 +64,129 @@ PROFILES: dict[str, dict[str, Any]] = {
         ],
         "limits": [],
     },
+    # Daytona's documented Tier 1 limits (daytona.md, "Rate limiting"): NestJS throttlers, a fixed window per
+    # minute opened by the first request, the X-RateLimit-*-{name} headers on every control-plane answer and
+    # Retry-After-{name} on a 429. Toolbox traffic is not throttled. The fork/recover/pause/resize/archive routes
+    # the real throttlers also cover are not emulated.
+    "daytona-tier1": {
+        "seed": 0,
+        "description": (
+            "Daytona Tier 1 throttlers per minute: authenticated 10,000 (every control-plane route), "
+            "sandbox-create 300, sandbox-lifecycle 10,000 (delete, start, stop), with Daytona's headers."
+        ),
+        "rules": [],
+        "limits": [
+            {
+                "name": "authenticated",
+                "route": "daytona.sandbox.*",
+                "max_requests": 10000,
+                "per": 60,
+                "headers_style": "daytona",
+            },
+            {
+                "name": "sandbox-create",
+                "route": "daytona.sandbox.create",
+                "max_requests": 300,
+                "per": 60,
+                "headers_style": "daytona",
+            },
+            {
+                "name": "sandbox-lifecycle",
+                "route": ["daytona.sandbox.delete", "daytona.sandbox.start", "daytona.sandbox.stop"],
+                "max_requests": 10000,
+                "per": 60,
+                "headers_style": "daytona",
+            },
+        ],
+    },
+    # A closed loop, M/M/c-like: a service with a few workers, where every request beyond the capacity in
+    # flight waits longer and is more likely to be shed with a 429. Clients that pile on make it worse;
+    # clients that back off see it recover.
+    "overload": {
+        "seed": 0,
+        "description": (
+            "Beyond 8 requests in flight per service, each excess request adds 50 ms of queueing and 8% chance "
+            "of a 429 (Retry-After: 1), up to 95%; lognormal service time underneath."
+        ),
+        "rules": [
+            {
+                "id": "service-time",
+                "route": ["sandbox_fusion.*", "daytona.toolbox.*", "daytona.interpreter.*"],
+                "latency": {"lognormal": {"p50": 0.05, "p99": 0.5}},
+            },
+            {
+                "id": "sandbox-fusion-overload",
+                "route": "sandbox_fusion.*",
+                "overload": {
+                    "capacity": 8,
+                    "latency_per_excess": 0.05,
+                    "p429_per_excess": 0.08,
+                    "max_probability": 0.95,
+                },
+                "fault": {"status": 429, "retry_after": 1},
+            },
+            {
+                "id": "daytona-toolbox-overload",
+                "route": ["daytona.toolbox.*", "daytona.interpreter.*"],
+                "overload": {
+                    "capacity": 8,
+                    "latency_per_excess": 0.05,
+                    "p429_per_excess": 0.08,
+                    "max_probability": 0.95,
+                },
+                "fault": {"status": 429, "retry_after": 1},
+            },
+        ],
+        "limits": [],
+    },
+    # A ten-minute outage one minute in: connections reset or 503 with Retry-After on every route, then full
+    # recovery. On the virtual clock the whole story runs in well under a second.
+    "outage": {
+        "seed": 0,
+        "description": (
+            "From 60 s to 660 s of plan time every request fails: 30% connection resets, the rest 503 with "
+            "Retry-After: 10; normal service before and after."
+        ),
+        "rules": [
+            {
+                "id": "outage-reset",
+                "route": "*",
+                "window": {"start": 60, "end": 660},
+                "probability": 0.3,
+                "fault": "reset",
+            },
+            {
+                "id": "outage-503",
+                "route": "*",
+                "window": {"start": 60, "end": 660},
+                "fault": {"status": 503, "retry_after": 10},
+            },
+        ],
+        "limits": [],
+    },
+    # A brownout: nothing fails outright, everything gets slower. Latency ramps from 50 ms to 3 s over ten
+    # minutes starting one minute in, and stays there; +/-20% jitter keeps requests out of lockstep.
+    "brownout": {
+        "seed": 0,
+        "description": (
+            "Latency on every route ramps from 0.05 s to 3 s (+/-20% jitter) between 60 s and 660 s of plan time, "
+            "then stays at 3 s; no errors."
+        ),
+        "rules": [
+            {
+                "id": "brownout-latency",
+                "route": "*",
+                "latency": {"ramp": {"from": 0.05, "to": 3.0, "over": 600, "start": 60, "jitter": 0.2}},
+            },
+        ],
+        "limits": [],
+    },
 }
 
 
 def profile_names() -> list[str]:
-    """Sorted names of the built-in profiles."""
-    return sorted(PROFILES)
+    """Names of the built-in profiles: ``calm`` (the baseline) first, then alphabetical."""
+    return sorted(PROFILES, key=lambda name: (name != "calm", name))
 
 
 def load_plan(spec: str | Path | Mapping[str, Any] | FaultPlan | None, *, seed: int | None = None) -> FaultPlan:
