@@ -35,11 +35,14 @@ __all__ = [
     "LocalLimiterScenario",
     "RedisAdapter",
     "Scenario",
+    "ToolScenario",
     "limiter_ops",
     "limiter_setup",
     "local_ops",
     "replay",
     "search_machine",
+    "tool_ops",
+    "tool_setup",
 ]
 
 Op = dict[str, Any]
@@ -554,3 +557,157 @@ def search_machine(
 
     SearchMachine.__name__ = SearchMachine.__qualname__ = f"Search_{machine.replace('-', '_')}_{found_with}"
     return SearchMachine
+
+
+# ---------------------------------------------------------------------------------------------------- the tool
+
+RUN_CODE = "sandbox_fusion.run_code"
+
+#: Faults the tool scenario injects, by name, with whether the tool should retry them.
+TOOL_FAULTS: dict[str, tuple[Any, bool]] = {
+    "503": ({"status": 503}, True),
+    "504": ({"status": 504}, True),
+    "429": ({"status": 429, "retry_after": 0}, True),
+    "500": ({"status": 500}, True),
+    "400": ({"status": 400}, False),
+    "reset": ("reset", True),
+    "truncate": ({"truncate": {"keep_fraction": 0.5}}, True),
+    "malformed": ("malformed", True),
+    "sandbox_error": ("sandbox_error", True),
+    "null_stdout": ("null_stdout", True),
+}
+
+
+class ToolScenario:
+    """``SandboxFusionTool`` against the in-process emulator under a generated fault schedule.
+
+    Operations: ``setup(max_attempts)``, ``fault(first, last, kind)`` (a rule failing attempts ``first..last`` of
+    every call with ``kind``), ``slow(first, last, ms)`` (latency only), ``call(parallel)`` (that many distinct
+    programs at once). Checked on every call: no infrastructure fault reaches the model as program output, the
+    observation is the program's real output whenever the budget covers the first clean attempt, attempts stay
+    within the budget and match the requests the emulator saw.
+    """
+
+    def __init__(self, server: Any = None, tool_class: Any = None) -> None:
+        from emulator.server import EmulatorServer
+
+        self.tool_class = tool_class
+        self._own = server is None
+        self.server = EmulatorServer().start() if server is None else server
+        self.loop = asyncio.new_event_loop()
+        self.tool: Any = None
+        self.max_attempts = 0
+        self.rules: list[dict[str, Any]] = []
+        self.calls = 0
+        self.nonce = next(_names)
+
+    def apply(self, op: Op) -> None:
+        args = {k: v for k, v in op.items() if k != "op"}
+        handler = getattr(self, f"_op_{op['op']}", None)
+        if handler is None:
+            raise ValueError(f"unknown tool operation {op['op']!r}")
+        if op["op"] != "setup" and self.tool is None:
+            raise ValueError("the first operation must be setup")
+        handler(**args)
+
+    def close(self) -> None:
+        if self.tool is not None:
+            self.loop.run_until_complete(self.tool.aclose())
+        self.loop.close()
+        self.server.emulator.set_faults(None)
+        self.server.emulator.reset()
+        if self._own:
+            self.server.stop()
+
+    def _op_setup(self, max_attempts: int) -> None:
+        from harness.tools.sandbox_fusion import SandboxFusionTool
+
+        self.max_attempts = max_attempts
+        self.server.emulator.set_faults(None)
+        self.server.emulator.reset()
+        retry = {"max_attempts": max_attempts, "base_delay": 0.0, "max_delay": 0.0}
+        config = {"sandbox_fusion_url": self.server.run_code_url, "retry": retry, "rate_limiter": {"backend": "local"}}
+        self.tool = (self.tool_class or SandboxFusionTool)(config)
+
+    def _push(self, rule: dict[str, Any]) -> None:
+        rule["id"] = f"r{len(self.rules) + 1}"
+        self.rules.append(rule)
+        self.server.emulator.set_faults({"rules": self.rules})
+
+    def _op_fault(self, first: int, last: int, kind: str) -> None:
+        self._push({"route": RUN_CODE, "attempts": f"{first}-{max(first, last)}", "fault": TOOL_FAULTS[kind][0]})
+
+    def _op_slow(self, first: int, last: int, ms: int) -> None:
+        self._push({"route": RUN_CODE, "attempts": f"{first}-{max(first, last)}", "latency": {"fixed": ms / 1000}})
+
+    def _fault_at(self, attempt: int) -> str | None:
+        for spec in self.rules:
+            first, last = (int(x) for x in spec["attempts"].split("-"))
+            if "fault" in spec and first <= attempt <= last:
+                return next(name for name, (fault, _) in TOOL_FAULTS.items() if fault == spec["fault"])
+        return None
+
+    def _expected(self) -> tuple[bool, int]:
+        """(the program's output is shown, attempts the tool makes)."""
+        for attempt in range(1, self.max_attempts + 1):
+            fault = self._fault_at(attempt)
+            if fault is None:
+                return True, attempt
+            if not TOOL_FAULTS[fault][1]:
+                return False, attempt
+        return False, self.max_attempts
+
+    def _op_call(self, parallel: int) -> None:
+        from harness.tools.sandbox_fusion import INFRA_FAULT_OBSERVATION
+
+        unavailable = INFRA_FAULT_OBSERVATION.split("{", 1)[0]
+        journal = self.server.emulator.journal
+        before = len(journal.entries(RUN_CODE))
+        programs = []
+        for _ in range(parallel):
+            self.calls += 1
+            programs.append((f"print({self.nonce} * 1000 + {self.calls})", f"{self.nonce * 1000 + self.calls}\n"))
+
+        async def run_all() -> list[Any]:
+            return await asyncio.gather(*(self.tool.execute("chaos", {"code": code}) for code, _ in programs))
+
+        results = self.loop.run_until_complete(run_all())
+        shown, attempts = self._expected()
+        for (code, output), (response, _, metrics) in zip(programs, results, strict=True):
+            text = response.text
+            if text != output and not text.startswith(unavailable):
+                raise Violation("fault-as-output", f"{code!r} showed {text!r} (faults {self.rules})")
+            if shown and text != output:
+                raise Violation("observation", f"{code!r} showed {text!r}, budget {self.max_attempts} sufficed")
+            if not shown and text == output:
+                raise Violation("observation", f"{code!r} showed output although every attempt failed")
+            if metrics["attempts"] > self.max_attempts:
+                raise Violation("budget", f"{metrics['attempts']} attempts with a budget of {self.max_attempts}")
+            if metrics["attempts"] != attempts:
+                raise Violation("attempts", f"{metrics['attempts']} attempts, expected {attempts} ({self.rules})")
+        seen = len(journal.entries(RUN_CODE)) - before
+        if seen != attempts * parallel:
+            raise Violation("attempts", f"the emulator saw {seen} requests for {parallel} calls of {attempts} attempts")
+
+
+def tool_setup() -> st.SearchStrategy[Op]:
+    return st.builds(lambda n: {"op": "setup", "max_attempts": n}, st.integers(1, 4))
+
+
+def tool_ops() -> st.SearchStrategy[Op]:
+    attempt = st.integers(1, 4)
+    return st.one_of(
+        st.builds(
+            lambda a, b, k: {"op": "fault", "first": a, "last": b, "kind": k},
+            attempt,
+            attempt,
+            st.sampled_from(sorted(TOOL_FAULTS)),
+        ),
+        st.builds(
+            lambda a, b, ms: {"op": "slow", "first": a, "last": b, "ms": ms}, attempt, attempt, st.integers(1, 5)
+        ),
+        st.builds(lambda n: {"op": "call", "parallel": n}, st.integers(1, 3)),
+    )
+
+
+register_scenario("tool-sandbox-fusion", "real", ToolScenario)

@@ -1,0 +1,74 @@
+"""Hypothesis search over the Sandbox Fusion tool against the in-process emulator: generated fault schedules
+(statuses, resets, truncation, malformed and SandboxError bodies, null stdout, latency) and calls. No
+infrastructure fault may reach the model as program output; the real output is shown whenever the retry budget
+covers the first clean attempt; attempts stay within the budget. Violations are saved as regressions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import run_state_machine_as_test
+from verl.tools.schemas import ToolResponse
+
+from emulator.server import EmulatorServer
+from harness.chaos.regressions import REGRESSIONS_DIR, Regression
+from harness.chaos.search import ToolScenario, replay, search_machine, tool_ops, tool_setup
+from harness.tools.sandbox_fusion import NO_STDOUT, SandboxFusionTool
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[EmulatorServer]:
+    with EmulatorServer() as running:
+        yield running
+
+
+def test_sandbox_fusion_tool_search(server: EmulatorServer) -> None:
+    machine = search_machine(
+        "tool-sandbox-fusion", lambda: ToolScenario(server), tool_setup(), tool_ops(), regression_dir=REGRESSIONS_DIR
+    )
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=200, stateful_step_count=6, deadline=None, suppress_health_check=list(HealthCheck)
+        ),
+    )
+
+
+class _ShowsFaultsAsNoStdout(SandboxFusionTool):
+    """A deliberately broken tool with verl 0.7.1's habit: a spent retry budget reads as "no stdout here"."""
+
+    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> Any:
+        response, reward, metrics = await super().execute(instance_id, parameters, **kwargs)
+        if metrics.get("status") == "infra_fault":
+            response = ToolResponse(text=NO_STDOUT)
+        return response, reward, metrics
+
+
+def test_search_catches_a_tool_that_shows_faults_as_program_output(server: EmulatorServer, tmp_path: Path) -> None:
+    machine = search_machine(
+        "tool-sandbox-fusion",
+        lambda: ToolScenario(server, tool_class=_ShowsFaultsAsNoStdout),
+        tool_setup(),
+        tool_ops(),
+        found_with="toy-no-stdout",
+        regression_dir=tmp_path,
+    )
+    with pytest.raises(AssertionError, match="fault-as-output"):
+        run_state_machine_as_test(
+            machine,
+            settings=settings(
+                max_examples=100,
+                stateful_step_count=6,
+                deadline=None,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            ),
+        )
+    saved = Regression.from_file(tmp_path / "tool-sandbox-fusion-toy-no-stdout-fault-as-output.json")
+    # Shrunk to: a budget, one fault covering it, one call.
+    assert [op["op"] for op in saved.ops] == ["setup", "fault", "call"]
+    assert replay(saved, "real") is None
