@@ -11,6 +11,10 @@ Fixtures:
 * ``daytona_client`` - a sync ``daytona.Daytona`` built from ``daytona_config`` (needs the ``daytona`` extra).
 * ``daytona_leaks`` - the Daytona sandbox report of this test (``.leaked``, ``.leaked_by(label)``, ``.max_alive``).
 * ``chaos_seed`` - the seed this test's fault plan runs with (derived from ``--chaos-seed`` and the node id).
+* ``chaos_judge`` - a ``harness.chaos.judges.ChaosJudge`` over this test's journal and decision log.
+* ``virtual_time`` - a ``harness.chaos.vtime.VirtualTime`` loop for this test (virtual clock, closed after it).
+
+Fixtures that build their own emulator call :func:`attach_chaos` to get the same seeding, replay and failure log.
 
 The emulator is reset after every test, which destroys the sandboxes the test left alive.
 
@@ -26,7 +30,7 @@ command that replays it: ``pytest '<nodeid>' --chaos-replay=<log>``, which answe
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -155,6 +159,20 @@ def sandbox_emulator(
     sandbox_emulator_session: EmulatorServer, request: pytest.FixtureRequest
 ) -> Iterator[EmulatorServer]:
     emulator = sandbox_emulator_session.emulator
+    restore = attach_chaos(emulator, request)
+    try:
+        yield sandbox_emulator_session
+    finally:
+        restore()
+
+
+def attach_chaos(emulator: Emulator, request: pytest.FixtureRequest) -> Callable[[], None]:
+    """Give ``emulator`` this test's chaos: the marker's plan with the test's seed (or, with ``--chaos-replay``, the
+    logged decisions), a fresh journal, and its decision log dumped with a replay command if the test fails.
+
+    ``sandbox_emulator`` uses it; a fixture that builds its own emulator (e.g. one served on a virtual-time loop)
+    calls it too, after creating the emulator and before the test's requests; the returned function undoes it.
+    """
     original = emulator.engine
     request.node.stash[_SEED] = _test_plan(emulator, request).seed
     emulator.reset()
@@ -162,12 +180,30 @@ def sandbox_emulator(
     if replay_log is not None:
         _use_engine(emulator, ReplayEngine(replay_log, strict=True, clock=emulator.clock))
     request.node.stash[_EMULATOR] = emulator
-    try:
-        yield sandbox_emulator_session
-    finally:
+
+    def restore() -> None:
         _use_engine(emulator, original)
         emulator.set_faults(None)
         emulator.reset()
+
+    return restore
+
+
+@pytest.fixture
+def chaos_judge(sandbox_emulator: EmulatorServer) -> Any:
+    """A :class:`harness.chaos.judges.ChaosJudge` over this test's emulator (journal and decision log)."""
+    from harness.chaos.judges import ChaosJudge
+
+    return ChaosJudge.of(sandbox_emulator.emulator)
+
+
+@pytest.fixture
+def virtual_time() -> Iterator[Any]:
+    """A :class:`harness.chaos.vtime.VirtualTime`: one virtual-clock event loop for this test, closed after it."""
+    from harness.chaos.vtime import VirtualTime
+
+    with VirtualTime() as vt:
+        yield vt
 
 
 @pytest.fixture

@@ -153,3 +153,21 @@ def test_seed_helpers() -> None:
     assert path.parent == Path("d") and "/" not in path.name and " " not in path.name
     assert log_path_for(Path("d"), "t[a/b]") != log_path_for(Path("d"), "t[a_b]")
     assert replay_command("t.py::x[a b]", Path("l o g.jsonl")) == "pytest 't.py::x[a b]' --chaos-replay='l o g.jsonl'"
+
+
+def test_judge_and_virtual_time_fixtures(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(
+        test_fixtures="""
+import asyncio, requests
+
+def test_judge_sees_this_test(chaos_judge, sandbox_fusion_url):
+    assert requests.post(sandbox_fusion_url, json={"code": "print(1)", "language": "python"}, timeout=30).ok
+    chaos_judge.assert_invariants()
+    assert len(chaos_judge.emulator.journal.entries()) == 1
+
+def test_virtual_time(virtual_time):
+    virtual_time.run(asyncio.sleep(600))
+    assert virtual_time.now() >= 600
+"""
+    )
+    _run_inprocess(pytester, monkeypatch, "f").assert_outcomes(passed=2)
