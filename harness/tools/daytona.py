@@ -182,11 +182,9 @@ class DaytonaTool(BaseTool):
             except _Infra as exc:
                 if not exc.retryable or attempt >= self.retry.max_attempts:
                     raise
-                delay = self.retry.backoff(attempt, self._rng)
-                if exc.retry_after is not None:
-                    if exc.retry_after > self.retry.max_retry_after:
-                        raise
-                    delay = max(delay, exc.retry_after)
+                if exc.retry_after is not None and exc.retry_after > self.retry.max_retry_after:
+                    raise
+                delay = self.retry.delay(attempt, self._rng, exc.retry_after)
                 await asyncio.sleep(delay)
 
     # ------------------------------------------------------------------ sandboxes

@@ -54,6 +54,14 @@ class RetryPolicy:
         ceiling = min(self.max_delay, self.base_delay * (2 ** (attempt - 1)))
         return rng.uniform(0.0, ceiling)
 
+    def delay(self, attempt: int, rng: random.Random, retry_after: float | None = None) -> float:
+        """The wait before attempt ``attempt + 1``: the backoff, or ``Retry-After`` PLUS the backoff's jitter.
+
+        Not ``max(backoff, Retry-After)``: every client throttled at the same moment gets the same ``Retry-After``,
+        and the larger-of-the-two would send them all back at the same instant (a synchronised retry wave)."""
+        jitter = self.backoff(attempt, rng)
+        return jitter if retry_after is None else retry_after + jitter
+
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     """Seconds to wait from ``Retry-After`` or Daytona's ``Retry-After-<throttler>`` (the largest wins)."""

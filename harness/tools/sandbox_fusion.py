@@ -186,11 +186,9 @@ class SandboxFusionTool(BaseTool):
                 fault = exc
                 if not exc.retryable or attempt >= self.retry.max_attempts:
                     break
-                delay = self.retry.backoff(attempt, self._rng)
-                if exc.retry_after is not None:
-                    if exc.retry_after > self.retry.max_retry_after:
-                        break
-                    delay = max(delay, exc.retry_after)
+                if exc.retry_after is not None and exc.retry_after > self.retry.max_retry_after:
+                    break
+                delay = self.retry.delay(attempt, self._rng, exc.retry_after)
                 waited += delay
                 await asyncio.sleep(delay)
                 continue
