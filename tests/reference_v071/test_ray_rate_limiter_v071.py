@@ -73,7 +73,7 @@ def test_tools_registration(fresh_limiter: dict[str, str], tmp_path: Path, sandb
 
 
 #: One "rank": attaches to the session cluster, gets verl 0.7.1's named limiter with its own ``rate_limit``, takes
-#: ``take`` permits if it can within 1 s (permits taken are held), reports, and waits for stdin to close.
+#: ``take`` permits if it can within ``wait`` seconds (permits taken are held), reports, and waits for stdin to close.
 DRIVER = textwrap.dedent(
     """
     import json, sys
@@ -81,10 +81,11 @@ DRIVER = textwrap.dedent(
     from verl.tools.sandbox_fusion_tools import TokenBucketWorker
 
     address, namespace, limit, take = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    wait = float(sys.argv[5])
     ray.init(address=address, namespace=namespace, log_to_driver=False)
     try:
         actor = TokenBucketWorker.options(name="rate-limiter", get_if_exists=True).remote(limit)
-        granted, _ = ray.wait([actor.acquire.remote() for _ in range(take)], num_returns=take, timeout=1.0)
+        granted, _ = ray.wait([actor.acquire.remote() for _ in range(take)], num_returns=take, timeout=wait)
         result = {"actor": actor._actor_id.hex(), "granted": len(granted)}
     except Exception as exc:  # the correct answer to a disagreeing rate_limit
         result = {"error": f"{type(exc).__name__}: {exc}"}
@@ -94,8 +95,10 @@ DRIVER = textwrap.dedent(
 )
 
 
-def _driver(session: dict[str, str], limit: int, take: int) -> subprocess.Popen[str]:
-    args = [sys.executable, "-c", DRIVER, session["address"], session["namespace"], str(limit), str(take)]
+def _driver(session: dict[str, str], limit: int, take: int, wait: float = 60.0) -> subprocess.Popen[str]:
+    """``wait``: how long the driver waits for its permits. Permits that are free come at once, so a generous wait
+    costs nothing and keeps a loaded machine from failing the test; a short one is for permits that never come."""
+    args = [sys.executable, "-c", DRIVER, session["address"], session["namespace"], str(limit), str(take), str(wait)]
     return subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -136,7 +139,7 @@ def test_disagreeing_rate_limit_is_an_error(fresh_limiter: dict[str, str]) -> No
 
     mine = TokenBucketWorker.options(name=LIMITER_ACTOR, get_if_exists=True).remote(2)  # this driver: limit 2
     ray.get(mine.get_current_count.remote())
-    other = _driver(fresh_limiter, 3, 3)
+    other = _driver(fresh_limiter, 3, 3, wait=1.0)
     try:
         result = _report(other)
     finally:
