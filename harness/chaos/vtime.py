@@ -126,9 +126,10 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def __init__(
         self, start: float = 0.0, *, settle: float = DEFAULT_SETTLE, real_slice: float = DEFAULT_REAL_SLICE
     ) -> None:
-        if settle < 0 or real_slice <= 0:
-            raise ValueError("settle must be >= 0 and real_slice > 0")
         super().__init__()
+        if settle < 0 or real_slice <= 0:
+            self.close()
+            raise ValueError(f"settle must be >= 0 and real_slice > 0, got settle={settle}, real_slice={real_slice}")
         self._now = float(start)
         self.settle = settle
         self.real_slice = real_slice
@@ -240,14 +241,15 @@ class VirtualTime:
         self._start = start
         self._settle = settle
         self._loop: VirtualTimeLoop | None = None
+        self._closed = False
 
     @property
     def loop(self) -> VirtualTimeLoop:
         """The loop (made on first use)."""
+        if self._closed:
+            raise RuntimeError("this VirtualTime is closed")
         if self._loop is None:
             self._loop = VirtualTimeLoop(self._start, settle=self._settle)
-        if self._loop.is_closed():
-            raise RuntimeError("this VirtualTime is closed")
         return self._loop
 
     def now(self) -> float:
@@ -267,7 +269,7 @@ class VirtualTime:
 
     def close(self) -> None:
         """Cancel what is left, finish async generators, shut the default executor down, close the loop."""
-        loop, self._loop = self._loop, None
+        loop, self._loop, self._closed = self._loop, None, True
         if loop is None or loop.is_closed():
             return
         try:
