@@ -39,6 +39,7 @@ __all__ = [
     "limiter_ops",
     "limiter_setup",
     "local_ops",
+    "register_scenario",
     "replay",
     "search_machine",
     "tool_ops",

@@ -48,6 +48,7 @@ def test_search_on_a_broken_limiter_saves_a_minimal_replayable_regression(tmp_pa
                 stateful_step_count=25,
                 deadline=None,
                 database=None,
+                derandomize=True,
                 suppress_health_check=list(HealthCheck),
             ),
         )
