@@ -15,10 +15,10 @@ import logging
 import random
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -70,6 +70,7 @@ class RolloutOptions:
     max_tool_response_length: int = 256
     python_mode: str | None = None  # the emulator's executor path for Python: "fast" or "faithful"
     retry: Mapping[str, Any] | None = None  # the tool's retry block; None: the tool config's
+    virtual_time: bool = False  # run on a virtual clock (harness.chaos.vtime): waits cost no real time
 
     def check(self) -> None:
         if self.backend not in BACKENDS:
@@ -115,7 +116,8 @@ class RolloutResult:
     max_in_flight: int
     sandboxes_leaked: int | None  # None: the backend has no sandboxes (Sandbox Fusion is stateless)
     barrier_waits: int = 0
-    rollout_s: float = 0.0  # first trajectory started to last one finished
+    rollout_s: float = 0.0  # first trajectory started to last one finished (virtual seconds with virtual_time)
+    emulator: Any = None  # the emulator the rollout ran against (its journal and decision log, for the judges)
     fault_counts: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -150,7 +152,20 @@ class RolloutResult:
         return sum(1 for t in self.trajectories if t.error)
 
 
-def _write_tool_config(options: RolloutOptions, server: EmulatorServer, directory: Path) -> Path:
+class Endpoint(Protocol):
+    """Where the emulator listens: an ``EmulatorServer`` (a thread) or an ``InLoopEmulator`` (virtual time)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def run_code_url(self) -> str: ...
+
+    @property
+    def emulator(self) -> Emulator: ...
+
+
+def _write_tool_config(options: RolloutOptions, server: Endpoint, directory: Path) -> Path:
     document = yaml.safe_load(TOOL_CONFIGS[options.backend].read_text())
     for entry in document["tools"]:
         config = entry["config"]
@@ -170,7 +185,8 @@ def _write_tool_config(options: RolloutOptions, server: EmulatorServer, director
     return path
 
 
-def _emulator(options: RolloutOptions) -> Emulator:
+def _emulator_setup(options: RolloutOptions) -> tuple[Any, Any]:
+    """The emulator's config and fault plan for these options."""
     from emulator.app import EmulatorConfig
     from emulator.executor import ExecutorConfig
 
@@ -186,7 +202,7 @@ def _emulator(options: RolloutOptions) -> Emulator:
             route = RUN_CODE_ROUTE if options.backend == "sandbox-fusion" else "daytona.interpreter.execute"
             spec["rules"].append({"id": "tool-latency", "route": route, "latency": options.tool_latency})
             plan = load_plan(spec)
-        return Emulator(EmulatorConfig(executor=executor), faults=plan)
+        return EmulatorConfig(executor=executor), plan
     except (ValueError, OSError) as exc:  # FaultPlanError is a ValueError
         raise RolloutError(f"fault plan {options.faults!r}: {exc}") from None
 
@@ -213,7 +229,7 @@ Progress = Callable[[int, int, int], None]  # (finished trajectories, total, too
 
 
 async def _run_async(
-    options: RolloutOptions, server: EmulatorServer, problems: list[Problem], progress: Progress | None
+    options: RolloutOptions, server: Endpoint, problems: list[Problem], progress: Progress | None
 ) -> tuple[list[Trajectory], int, float]:
     from harness.rollout import ScriptedServerManager, agent_loop_config, build_tool_agent_loop, load_tools
     from harness.rollout.tokenizer import tiny_tokenizer
@@ -285,10 +301,11 @@ async def _run_async(
             offline_score=offline,
         )
 
-    started = time.monotonic()
+    clock = asyncio.get_running_loop()  # virtual seconds on a virtual-time loop
+    started = clock.time()
     try:
         trajectories = await asyncio.gather(*(one(i, p) for i, p in enumerate(problems)))
-        rollout_s = time.monotonic() - started
+        rollout_s = clock.time() - started
     finally:
         for tool in tools:
             await tool.aclose()
@@ -304,6 +321,38 @@ def _leaked(emulator: Emulator, backend: str) -> int | None:
     return len(emulator.daytona_report().leaked)
 
 
+@contextlib.contextmanager
+def _quiet_server_log() -> Iterator[None]:
+    """An injected reset is an ASGI app that never answers: uvicorn logs each as an error. Expected here."""
+    server_log = logging.getLogger("uvicorn.error")
+    level = server_log.level
+    server_log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        server_log.setLevel(level)
+
+
+def _run_virtual(
+    options: RolloutOptions, config: Any, plan: Any, problems: list[Problem], progress: Progress | None
+) -> tuple[Emulator, tuple[list[Trajectory], int, float]]:
+    """The rollout on a virtual-time loop with the emulator in the same loop: injected latency, Retry-After waits and
+    outage windows cost no real time (program executions still run in real time)."""
+    from harness.chaos.inloop import in_loop_emulator
+    from harness.chaos.vtime import VirtualTime
+
+    async def main() -> tuple[Emulator, tuple[list[Trajectory], int, float]]:
+        async with in_loop_emulator(plan, config=config) as server:
+            with _quiet_server_log():
+                return server.emulator, await _run_async(options, server, problems, progress)
+
+    virtual = VirtualTime()
+    try:
+        return virtual.run(main())
+    finally:
+        virtual.close()
+
+
 def run_rollout(options: RolloutOptions, progress: Progress | None = None) -> RolloutResult:
     """Run the job: rollouts, scores, the dump ``{out}/{step}.jsonl``; returns the figures for the summary."""
     options.check()
@@ -314,18 +363,15 @@ def run_rollout(options: RolloutOptions, progress: Progress | None = None) -> Ro
     if not problems_all:
         raise RolloutError(f"no problems in {options.data or BUNDLED_PROBLEMS}")
     problems = select_problems(problems_all, options.trajectories, options.seed)
-    emulator = _emulator(options)
+    config, plan = _emulator_setup(options)
     started = time.monotonic()
-    # An injected reset is an ASGI app that never answers: uvicorn logs each as an error. Expected here, so quiet.
-    server = EmulatorServer(emulator)  # (uvicorn sets its loggers' levels here, so quiet them after)
-    server_log = logging.getLogger("uvicorn.error")
-    level = server_log.level
-    server_log.setLevel(logging.CRITICAL)
-    try:
-        with server:
+    if options.virtual_time:
+        emulator, (trajectories, waits, rollout_s) = _run_virtual(options, config, plan, problems, progress)
+    else:
+        emulator = Emulator(config, faults=plan)
+        server = EmulatorServer(emulator)  # (uvicorn sets its loggers' levels here, so quiet them after)
+        with _quiet_server_log(), server:
             trajectories, waits, rollout_s = asyncio.run(_run_async(options, server, problems, progress))
-    finally:
-        server_log.setLevel(level)
     wall = time.monotonic() - started
     trajectories.sort(key=lambda t: t.index)
     entries = build_entries(
@@ -361,5 +407,6 @@ def run_rollout(options: RolloutOptions, progress: Progress | None = None) -> Ro
         sandboxes_leaked=_leaked(emulator, options.backend),
         barrier_waits=waits,
         rollout_s=rollout_s,
+        emulator=emulator,
         fault_counts=faults,
     )
