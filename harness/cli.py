@@ -99,7 +99,7 @@ def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
     _add_runtime_options(serve)
     serve.set_defaults(func=_serve)
 
-    bench = sub.add_parser("bench", help="executions/s of print(2+2) over HTTP, fast and faithful paths")
+    bench = sub.add_parser("bench-throughput", help="executions/s of print(2+2) over HTTP, fast and faithful paths")
     bench.add_argument("--concurrency", default="1,16,128", help="comma-separated levels (default: 1,16,128)")
     bench.add_argument("--requests", type=int, default=0, help="requests per level (default: scaled to the level)")
     bench.add_argument("--modes", default="fast,faithful", help="comma-separated: fast, faithful")
@@ -123,8 +123,13 @@ _EXTRA_COMMANDS = {
     "rollout": ("harness.rollout.command", "GSM8K multi-turn rollouts through verl's agent loop, dumped and validated"),
     "validate": ("harness.validate.cli", "check a rollout dump directory (ours or a real verl run's)"),
     "gsm8k-convert": ("harness.gsm8k.data", "convert raw GSM8K JSONL to verl parquet for the code tool"),
+    "bench": ("harness.bench.backends", "calls/s and latency of sandbox backends, as Daytona's tool benchmark"),
     "bench-modes": ("harness.bench.modes", "rollout wall time: batch-synchronous against asynchronous tool calls"),
+    "record": ("harness.reference.record", "record the reference suite's answers from a real service"),
+    "check-reference": ("harness.reference.check", "compare the emulator (or a live service) with the recordings"),
 }
+#: The extra each of those commands needs, for the message when it is missing.
+_EXTRA_OF = {"bench": "bench,daytona", "record": "dev,daytona", "check-reference": "dev,daytona"}
 
 
 def _register_extra(sub: argparse._SubParsersAction[argparse.ArgumentParser], command: str, load: bool) -> None:
@@ -133,6 +138,7 @@ def _register_extra(sub: argparse._SubParsersAction[argparse.ArgumentParser], co
     import importlib
 
     module, help_text = _EXTRA_COMMANDS[command]
+    extra = _EXTRA_OF.get(command, "verl")
     missing = ""
     if load:
         try:
@@ -147,8 +153,9 @@ def _register_extra(sub: argparse._SubParsersAction[argparse.ArgumentParser], co
 
     def explain(args: argparse.Namespace) -> int:
         print(
-            f"sandbox-emulator {command}: needs the [verl] extra ({missing} is not installed); install it with: "
-            "pip install torch==2.13.0 && pip install 'sandbox-emulator[verl]'",
+            f"sandbox-emulator {command}: needs the [{extra}] extra ({missing} is not installed); install it with: "
+            + ("pip install torch==2.13.0 && " if extra == "verl" else "")
+            + f"pip install 'sandbox-emulator[{extra}]'",
             file=sys.stderr,
         )
         return 2

@@ -59,5 +59,5 @@ def test_bad_python_and_port() -> None:
 
 
 def test_bench_rejects_bad_levels() -> None:
-    result = _run("bench", "--concurrency", "x")
+    result = _run("bench-throughput", "--concurrency", "x")
     assert result.returncode == 2 and "--concurrency" in result.stderr
