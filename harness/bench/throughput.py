@@ -166,11 +166,17 @@ def main(args: argparse.Namespace) -> int:
         levels = [int(x) for x in str(args.concurrency).split(",") if x.strip()]
         modes = [m.strip() for m in str(args.modes).split(",") if m.strip()]
     except ValueError:
-        print(f"sandbox-emulator bench-throughput: --concurrency must be integers, got {args.concurrency!r}", file=sys.stderr)
+        print(
+            f"sandbox-emulator bench-throughput: --concurrency must be integers, got {args.concurrency!r}",
+            file=sys.stderr,
+        )
         return 2
     bad = [m for m in modes if m not in ("fast", "faithful")]
     if bad or not levels or any(level < 1 for level in levels):
-        print("sandbox-emulator bench-throughput: modes are fast,faithful and levels are positive integers", file=sys.stderr)
+        print(
+            "sandbox-emulator bench-throughput: modes are fast,faithful and levels are positive integers",
+            file=sys.stderr,
+        )
         return 2
     all_results: list[LevelResult] = []
     memory: dict[str, dict[str, int]] = {}
