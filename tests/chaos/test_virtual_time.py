@@ -64,7 +64,7 @@ def test_a_long_sleep_returns_at_once_and_moves_the_clock_by_its_length() -> Non
     real = time.perf_counter() - started
     assert before == 1000.0
     assert after - before == pytest.approx(600, abs=1e-6)
-    assert real < 0.5
+    assert real < 30  # not the 600 s a real clock takes (typically < 0.01 s; loose so a loaded machine never flakes)
 
 
 def test_timers_fire_in_deadline_order_at_their_virtual_deadlines() -> None:
@@ -205,7 +205,7 @@ def test_injected_latency_and_hangs_are_virtual() -> None:
 
     durations, real = _run_in_loop(plan, body)
     assert durations == [pytest.approx(300), pytest.approx(900)]
-    assert real < 1.0
+    assert real < 30  # not the 1,200 s of a real clock (typically < 0.1 s)
 
 
 def test_in_loop_emulator_serves_on_an_ordinary_loop_in_real_time() -> None:
@@ -317,7 +317,7 @@ def test_sandbox_fusion_tool_waits_out_a_ten_minute_outage() -> None:
     assert out["text"] == "42\n"
     assert out["metrics"]["attempts"] == OUTAGE_REFUSALS + 1
     assert out["virtual"] >= OUTAGE_REFUSALS * RETRY_AFTER
-    assert out["real"] < 1.0
+    assert out["real"] < 30  # not the 600 s of a real clock (typically ~0.1 s)
     entries = out["emu"].journal.entries("sandbox_fusion.run_code")
     assert [e.status for e in entries] == [503] * OUTAGE_REFUSALS + [200]
     assert [e.attempt for e in entries] == list(range(1, OUTAGE_REFUSALS + 2))
@@ -381,7 +381,7 @@ def test_daytona_tool_waits_out_ten_minutes_of_create_throttling() -> None:
     print(f"DaytonaTool, 10 minutes of 429 on create: {out['virtual']:.1f} virtual s in {out['real']:.3f} real s")
     assert out["text"] == "42\n" and out["metrics"]["status"] == "success"
     assert out["virtual"] >= OUTAGE_REFUSALS * RETRY_AFTER
-    assert out["real"] < 2.0
+    assert out["real"] < 30  # not the 600 s of a real clock (typically ~0.2 s)
     # Execution and deletion took no spurious virtual time (e.g. a jump over a WebSocket close).
     assert out["after_create"] < 5
     emu = out["emu"]
