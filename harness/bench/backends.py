@@ -1,0 +1,405 @@
+"""``sandbox-emulator bench``: calls/s and latency of sandbox backends, by the method of Daytona's tool benchmark.
+
+Daytona's ``benchmark_tool_backends.py`` (its veRL guide) pre-creates ``max(concurrency)`` sandboxes, then for each
+scenario and concurrency level ``c`` runs warm-up batches and measured batches of ``c`` calls at once (call ``i`` on
+sandbox ``i``), reports p50/p95 by the index ``round((n - 1) * pct)``, max, mean, and throughput as measured calls
+over the sum of batch wall times. This reproduces that method on the emulator (its own process, fast and faithful
+paths, Sandbox Fusion through ``SandboxFusionTool`` and Daytona through ``DaytonaTool`` and the real SDK), a
+``python -c`` per call baseline, and any real service given by URL.
+
+Output: ``OUT/<backend>/results.csv`` and ``OUT/<backend>/summary.json`` (one directory per backend, so each CSV
+has Daytona's columns exactly), ``OUT/throughput.png``, a progress line per level and a table at the end.
+Exit status: 0 when every call succeeded, 1 when some failed, 2 for bad arguments or a backend that cannot run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import signal
+import socket
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from harness.bench.drivers import SCENARIOS, Backend, Scenario
+from harness.bench.stats import LevelResult, PoolTimings, write_csv, write_summary
+
+EMULATOR_BACKENDS = ("emulator-sf-fast", "emulator-sf-faithful", "emulator-daytona-fast")
+DEFAULT_BACKENDS = (*EMULATOR_BACKENDS, "local-subprocess")
+DEFAULT_LEVELS = (1, 4, 8, 16, 32, 64, 128)
+QUICK_LEVELS = (1, 8, 32)
+
+
+class BenchError(Exception):
+    """A problem the user can fix (bad argument, unreachable service): one line on stderr, exit status 2."""
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """A parsed, validated command line."""
+
+    backends: tuple[str, ...]
+    scenarios: tuple[Scenario, ...]
+    levels: tuple[int, ...]
+    warmups: int
+    iterations: int
+    out: Path
+    fixed_latency_s: float | None = None
+    sandbox_fusion_url: str | None = None
+    daytona_api_url: str | None = None
+    daytona_api_key: str | None = None
+    plot: bool = True
+
+
+@dataclass(frozen=True)
+class BackendRun:
+    """Everything measured for one backend."""
+
+    backend: str
+    levels: tuple[LevelResult, ...]
+    pool: PoolTimings
+
+
+# ---------------------------------------------------------------------------------------------------- measuring
+
+
+async def _timed(step: Awaitable[None]) -> tuple[float, BaseException | None]:
+    start = time.perf_counter()
+    try:
+        await step
+    except Exception as exc:
+        return time.perf_counter() - start, exc
+    return time.perf_counter() - start, None
+
+
+async def _batch(backend: Backend, scenario: Scenario, concurrency: int) -> tuple[list[float], float, int]:
+    """``concurrency`` calls at once, call ``i`` on sandbox ``i``: (latencies, batch wall time, successes)."""
+
+    async def one(index: int) -> tuple[float, bool]:
+        start = time.perf_counter()
+        try:
+            outcome = await backend.call(index, scenario)
+        except Exception:  # a client bug or a dead service is a failed call, not a dead benchmark
+            return time.perf_counter() - start, False
+        return time.perf_counter() - start, outcome.judge(scenario)
+
+    start = time.perf_counter()
+    calls = await asyncio.gather(*(one(i) for i in range(concurrency)))
+    wall = time.perf_counter() - start
+    return [latency for latency, _ in calls], wall, sum(ok for _, ok in calls)
+
+
+async def measure_level(
+    backend: Backend, scenario: Scenario, concurrency: int, warmups: int, iterations: int
+) -> LevelResult:
+    """Warm-up batches (not counted), then ``iterations`` measured batches."""
+    for _ in range(warmups):
+        await _batch(backend, scenario, concurrency)
+    latencies: list[float] = []
+    walls: list[float] = []
+    ok = 0
+    for _ in range(iterations):
+        batch_latencies, wall, good = await _batch(backend, scenario, concurrency)
+        latencies += batch_latencies
+        walls.append(wall)
+        ok += good
+    return LevelResult(scenario.name, concurrency, tuple(latencies), tuple(walls), ok, len(latencies) - ok)
+
+
+async def run_backend(
+    backend: Backend, options: BenchOptions, progress: Callable[[str], None] = lambda line: None
+) -> BackendRun:
+    """Create the pool, check one call gets through, measure every (scenario, level), release the pool."""
+    pool_size = max(options.levels)
+    started = time.perf_counter()
+    created = await asyncio.gather(*(_timed(backend.create(i)) for i in range(pool_size)))
+    create_wall = time.perf_counter() - started
+    failed = [exc for _, exc in created if exc is not None]
+    try:
+        if failed:
+            raise BenchError(f"{backend.name}: could not create the sandbox pool: {_reason(failed[0])}")
+        probe = await backend.call(0, SCENARIOS["simple_stdout"])
+        if probe.infra_fault is not None:
+            raise BenchError(f"{backend.name}: the service failed a first print(2 + 2): {probe.infra_fault}")
+        levels: list[LevelResult] = []
+        for scenario in options.scenarios:
+            for concurrency in options.levels:
+                level = await measure_level(backend, scenario, concurrency, options.warmups, options.iterations)
+                levels.append(level)
+                progress(_progress_line(backend.name, level, options.fixed_latency_s))
+    finally:
+        started = time.perf_counter()
+        released = await asyncio.gather(
+            *(_timed(backend.release(i)) for i, (_, exc) in enumerate(created) if exc is None)
+        )
+        release_wall = time.perf_counter() - started
+        await backend.aclose()
+    pool = PoolTimings(tuple(t for t, _ in created), create_wall, tuple(t for t, _ in released), release_wall)
+    return BackendRun(backend.name, tuple(levels), pool)
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _progress_line(name: str, level: LevelResult, latency: float | None) -> str:
+    result = level.result()
+    line = (
+        f"  {name:22s} {level.scenario:17s} c={level.concurrency:<4d} {result['measured_call_count']:6d} calls "
+        f"{level.throughput:9.1f} calls/s  p50 {result['p50_latency_s'] * 1000:8.1f} ms  "
+        f"p95 {result['p95_latency_s'] * 1000:8.1f} ms  failures {level.failure_count}"
+    )
+    if latency is not None:
+        line += f"  p50 over injected {(result['p50_latency_s'] - latency) * 1000:.2f} ms"
+    return line
+
+
+# ---------------------------------------------------------------------------------------------------- backends
+
+
+@contextmanager
+def open_backend(name: str, options: BenchOptions) -> Iterator[Backend]:
+    """The backend, with its emulator process running for as long as the ``with`` block (Ctrl-C included)."""
+    from harness.bench.drivers import DaytonaBackend, LocalSubprocessBackend, SandboxFusionBackend
+    from harness.bench.emulator_process import DAYTONA_KEY, EmulatorProcess, fixed_latency_plan
+
+    pool = max(options.levels)
+    if name in EMULATOR_BACKENDS:
+        mode = name.rsplit("-", 1)[1]
+        plan = fixed_latency_plan(options.fixed_latency_s) if options.fixed_latency_s is not None else None
+        with EmulatorProcess(mode, plan) as emulator:
+            if name.startswith("emulator-sf-"):
+                yield SandboxFusionBackend(name, emulator.base_url + "/run_code", pool)
+            else:
+                yield DaytonaBackend(name, emulator.base_url + "/api", DAYTONA_KEY, pool)
+    elif name == "local-subprocess":
+        yield LocalSubprocessBackend()
+    elif name == "sandbox-fusion":
+        assert options.sandbox_fusion_url is not None
+        yield SandboxFusionBackend(name, options.sandbox_fusion_url, pool)
+    elif name == "daytona":
+        assert options.daytona_api_url is not None and options.daytona_api_key is not None
+        yield DaytonaBackend(name, options.daytona_api_url, options.daytona_api_key, pool)
+    else:  # parse_options only lets known names through
+        raise BenchError(f"unknown backend {name!r}")
+
+
+def _header(name: str, options: BenchOptions) -> dict[str, Any]:
+    return {
+        "backend": name,
+        "created_at": datetime.now(timezone.utc).isoformat(),
+        "host": socket.gethostname(),
+        "python_version": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "warmups": options.warmups,
+        "iterations": options.iterations,
+        "injected_latency_s": options.fixed_latency_s if name in EMULATOR_BACKENDS else None,
+    }
+
+
+def run(options: BenchOptions, progress: Callable[[str], None] = lambda line: None) -> list[BackendRun]:
+    """Measure every backend in turn (each in its own event loop), writing its files as soon as it is done."""
+    runs: list[BackendRun] = []
+    for name in options.backends:
+        progress(f"{name}: creating {max(options.levels)} sandboxes")
+
+        async def go(name: str = name) -> BackendRun:
+            with open_backend(name, options) as backend:
+                return await run_backend(backend, options, progress)
+
+        result = asyncio.run(go())
+        directory = options.out / name
+        directory.mkdir(parents=True, exist_ok=True)
+        write_csv(directory / "results.csv", result.levels)
+        write_summary(directory / "summary.json", _header(name, options), result.levels, result.pool)
+        runs.append(result)
+    return runs
+
+
+def table(runs: Sequence[BackendRun], latency: float | None = None) -> str:
+    """Daytona's terminal table, with a backend column (and the p50 over the injected latency, if any)."""
+    head = f"{'Backend':22s} {'Scenario':17s} {'Conc':>5s} {'p50':>8s} {'p95':>8s} {'Thru(c/s)':>10s}"
+    head += f" {'OK':>6s} {'Fail':>5s}"
+    if latency is not None:
+        head += f" {'p50-inj(ms)':>12s}"
+    lines = [head, "-" * len(head)]
+    for run_ in runs:
+        for level in run_.levels:
+            r = level.result()
+            line = (
+                f"{run_.backend:22s} {level.scenario:17s} {level.concurrency:5d} {r['p50_latency_s']:8.4f} "
+                f"{r['p95_latency_s']:8.4f} {level.throughput:10.2f} {level.success_count:6d} {level.failure_count:5d}"
+            )
+            if latency is not None:
+                over = (r["p50_latency_s"] - latency) * 1000 if run_.backend in EMULATOR_BACKENDS else float("nan")
+                line += f" {over:12.2f}"
+            lines.append(line)
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------- command line
+
+
+def _levels(raw: Sequence[str]) -> tuple[int, ...]:
+    levels: list[int] = []
+    for item in (part for chunk in raw for part in chunk.split(",") if part.strip()):
+        try:
+            value = int(item)
+        except ValueError:
+            raise BenchError(f"--concurrency takes positive integers, got {item!r}") from None
+        if value < 1:
+            raise BenchError(f"--concurrency takes positive integers, got {value}")
+        levels.append(value)
+    if not levels:
+        raise BenchError("--concurrency needs at least one level")
+    return tuple(dict.fromkeys(levels))
+
+
+def _names(raw: str, known: Sequence[str], flag: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip() for n in raw.split(",") if n.strip()))
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        given = ", ".join(map(repr, unknown)) or "an empty list"
+        raise BenchError(f"{flag}: unknown {given}; choose from {', '.join(known)}")
+    return names
+
+
+def _url(raw: str, flag: str) -> str:
+    parsed = urlparse(raw)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc or not parsed.hostname:
+        raise BenchError(f"{flag}: {raw!r} is not an http(s) URL with a host")
+    return raw.rstrip("/")
+
+
+def parse_options(args: argparse.Namespace) -> BenchOptions:
+    """Validate the command line; :class:`BenchError` says what is wrong."""
+    backends = _names(args.backends, DEFAULT_BACKENDS, "--backends") if args.backends else DEFAULT_BACKENDS
+    if args.sandbox_fusion_url or args.daytona_api_url:
+        backends = _names(args.backends, DEFAULT_BACKENDS, "--backends") if args.backends else ()
+    scenarios = tuple(SCENARIOS[n] for n in _names(args.scenarios, tuple(SCENARIOS), "--scenarios"))
+    levels = _levels(args.concurrency) if args.concurrency else (QUICK_LEVELS if args.quick else DEFAULT_LEVELS)
+    warmups = args.warmups if args.warmups is not None else (1 if args.quick else 3)
+    iterations = args.iterations if args.iterations is not None else (3 if args.quick else 20)
+    if warmups < 0 or iterations < 1:
+        raise BenchError("--warmups must be >= 0 and --iterations >= 1")
+    latency = None
+    if args.fixed_latency_ms is not None:
+        if not 0 <= args.fixed_latency_ms <= 60_000:
+            raise BenchError(f"--fixed-latency-ms must be between 0 and 60000, got {args.fixed_latency_ms}")
+        latency = args.fixed_latency_ms / 1000
+    sf_url = daytona_url = daytona_key = None
+    if args.sandbox_fusion_url:
+        sf_url = _url(args.sandbox_fusion_url, "--sandbox-fusion-url")
+        sf_url = sf_url if sf_url.endswith("/run_code") else sf_url + "/run_code"
+        backends += ("sandbox-fusion",)
+    if args.daytona_api_url:
+        daytona_url = _url(args.daytona_api_url, "--daytona-api-url")
+        daytona_key = os.environ.get("DAYTONA_API_KEY")
+        if not daytona_key:
+            raise BenchError("--daytona-api-url needs the API key in the environment variable DAYTONA_API_KEY")
+        backends += ("daytona",)
+    if not backends:
+        raise BenchError("no backend to run")
+    out = Path(args.out) if args.out else Path("bench-results") / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    if out.exists() and not out.is_dir():
+        raise BenchError(f"--out {str(out)!r} exists and is not a directory")
+    return BenchOptions(
+        backends=backends,
+        scenarios=scenarios,
+        levels=levels,
+        warmups=warmups,
+        iterations=iterations,
+        out=out,
+        fixed_latency_s=latency,
+        sandbox_fusion_url=sf_url,
+        daytona_api_url=daytona_url,
+        daytona_api_key=daytona_key,
+        plot=not args.no_plot,
+    )
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM unwinds like Ctrl-C, so the emulator process and the sandboxes are cleaned up either way."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def main(args: argparse.Namespace) -> int:
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    try:
+        options = parse_options(args)
+        with ExitStack() as stack:
+            stack.enter_context(_sigterm_as_interrupt())
+            runs = run(options, say)
+    except BenchError as exc:
+        print(f"sandbox-emulator bench: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("sandbox-emulator bench: interrupted; emulator stopped, sandboxes released", file=sys.stderr)
+        return 130
+    print(table(runs, options.fixed_latency_s))
+    if options.plot:
+        from harness.bench.plot import plot_throughput
+
+        try:
+            plot_throughput(options.out / "throughput.png", {r.backend: r.levels for r in runs})
+        except ImportError:
+            say("no plot: matplotlib is missing (pip install 'sandbox-emulator[bench]')")
+        else:
+            say(f"plot: {options.out / 'throughput.png'}")
+    say(f"results: {options.out}/<backend>/results.csv and summary.json")
+    return 0 if all(level.failure_count == 0 for r in runs for level in r.levels) else 1
+
+
+def register_cli(sub: Any) -> None:
+    """Add ``bench`` to the ``sandbox-emulator`` subcommands."""
+    parser = sub.add_parser(
+        "bench",
+        help="calls/s and latency of sandbox backends, as Daytona's tool benchmark",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--backends",
+        metavar="LIST",
+        help=f"comma-separated, from {', '.join(DEFAULT_BACKENDS)} (default: all of them, or none when a URL is given)",
+    )
+    parser.add_argument(
+        "--scenarios", default=",".join(SCENARIOS), metavar="LIST", help="comma-separated (default: all three)"
+    )
+    parser.add_argument(
+        "--concurrency",
+        nargs="+",
+        metavar="N",
+        help=f"levels (default: {' '.join(map(str, DEFAULT_LEVELS))}; with --quick {' '.join(map(str, QUICK_LEVELS))})",
+    )
+    parser.add_argument("--warmups", type=int, help="unmeasured batches per level (default: 3; --quick 1)")
+    parser.add_argument("--iterations", type=int, help="measured batches per level (default: 20; --quick 3)")
+    parser.add_argument("--quick", action="store_true", help="a short run: fewer levels and batches")
+    parser.add_argument(
+        "--fixed-latency-ms", type=float, metavar="MS", help="inject this latency on every emulator execution"
+    )
+    parser.add_argument("--sandbox-fusion-url", metavar="URL", help="also a real Sandbox Fusion (/run_code URL)")
+    parser.add_argument("--daytona-api-url", metavar="URL", help="also a real Daytona API (key in DAYTONA_API_KEY)")
+    parser.add_argument("--out", metavar="DIR", help="output directory (default: bench-results/<UTC time>)")
+    parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    parser.set_defaults(func=main)

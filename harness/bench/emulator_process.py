@@ -1,0 +1,101 @@
+"""The emulator as its own process for benchmarks: ``sandbox-emulator serve --port 0``, stopped on exit or Ctrl-C.
+
+A separate process, so the load generator's event loop and the emulator's do not share one interpreter (and one
+core's worth of GIL): the figures are then the emulator's, not the client's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+#: The bearer key the benchmark's emulator accepts on its Daytona API.
+DAYTONA_KEY = "bench-key"
+#: Routes that execute code: where ``fixed_latency_s`` is injected.
+EXECUTION_ROUTES = ("sandbox_fusion.run_code", "daytona.interpreter.execute")
+
+
+def fixed_latency_plan(seconds: float) -> dict[str, Any]:
+    """A fault plan that adds exactly ``seconds`` to every execution and injects nothing else."""
+    return {"rules": [{"id": "bench-fixed", "route": list(EXECUTION_ROUTES), "latency": {"fixed": seconds}}]}
+
+
+@dataclass
+class EmulatorProcess:
+    """``with EmulatorProcess("fast") as emu: emu.base_url`` (``http://127.0.0.1:PORT``)."""
+
+    python_mode: str = "fast"
+    fault_plan: Mapping[str, Any] | None = None
+    start_timeout_s: float = 60.0
+    base_url: str = ""
+    _proc: subprocess.Popen[str] | None = field(default=None, repr=False)
+    _plan_file: str | None = field(default=None, repr=False)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def start(self) -> None:
+        cmd = [sys.executable, "-m", "harness.cli", "serve", "--port", "0", "--python-mode", self.python_mode]
+        cmd += ["--daytona-api-key", DAYTONA_KEY]
+        if self.fault_plan is not None:
+            handle, self._plan_file = tempfile.mkstemp(prefix="bench-plan-", suffix=".json")
+            with os.fdopen(handle, "w") as out:
+                json.dump(dict(self.fault_plan), out)
+            cmd += ["--faults", self._plan_file]
+        env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+        self._proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, start_new_session=True
+        )
+        assert self._proc.stdout is not None
+        # serve prints its URLs once the socket is bound; the control-plane line is the last one we need.
+        for line in self._proc.stdout:
+            if line.startswith("Sandbox Fusion"):
+                self.base_url = line.split()[2].removesuffix("/run_code")
+            if line.startswith("Control plane"):
+                break
+        if not self.base_url or self._proc.poll() is not None:
+            code = self._proc.wait()
+            self.stop()
+            raise RuntimeError(f"the emulator process exited with status {code} before serving")
+
+    def stop(self) -> None:
+        """Terminate (then kill) the server and its process group: the warm interpreter and its programs too."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                _signal_group(proc.pid, "SIGTERM")
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    _signal_group(proc.pid, "SIGKILL")
+                    proc.wait(timeout=15)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        if self._plan_file is not None:
+            os.unlink(self._plan_file)
+            self._plan_file = None
+
+    def __enter__(self) -> EmulatorProcess:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def _signal_group(pid: int, name: str) -> None:
+    import signal
+
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, getattr(signal, name))
