@@ -54,3 +54,46 @@ def normalize_run_code(body: Any) -> Any:
     if isinstance(out.get("message"), str):
         out["message"] = normalize_text(out["message"])
     return out
+
+
+UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE)
+ISO_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:?\d{2})?")
+ORIGIN = re.compile(r"\bhttps?://[A-Za-z0-9.\-]+(:\d+)?")
+#: Keys whose values are measured durations: different on every run.
+TIMING_KEYS = frozenset({"execution_time", "executionTime", "duration"})
+
+
+def normalize_generic(value: Any) -> Any:
+    """Ids, dates, URL origins and timings replaced by placeholders, everywhere in a JSON value; temp paths too."""
+    if isinstance(value, dict):
+        return {k: normalize_generic(v) for k, v in value.items() if k not in TIMING_KEYS}
+    if isinstance(value, list):
+        return [normalize_generic(v) for v in value]
+    if isinstance(value, str):
+        value = ORIGIN.sub("<ORIGIN>", value)
+        value = ISO_DATE.sub("<DATE>", value)
+        return UUID.sub("<UUID>", normalize_text(value) or "")
+    return value
+
+
+def normalize_run_jupyter(body: Any) -> Any:
+    """A ``/run_jupyter`` answer without the driver's measured time."""
+    if not isinstance(body, dict):
+        return body
+    out = dict(body)
+    if isinstance(out.get("driver"), dict):
+        out["driver"] = normalize_result(out["driver"])
+    return out
+
+
+#: Normalisers a suite case can name.
+NORMALIZERS = {"run_code": normalize_run_code, "run_jupyter": normalize_run_jupyter, "generic": normalize_generic}
+
+
+def normalize_body(kind: str, body: Any) -> Any:
+    """Normalise an answer's body with the normaliser the case names."""
+    try:
+        normalizer = NORMALIZERS[kind]
+    except KeyError:
+        raise ValueError(f"unknown normaliser {kind!r} (known: {sorted(NORMALIZERS)})") from None
+    return normalizer(body)

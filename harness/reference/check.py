@@ -1,0 +1,249 @@
+"""``sandbox-emulator check-reference``: run the reference suite against the emulator (started in process) or a live
+service, and compare each answer with the snapshots after normalising.
+
+Exit status: 0 when every difference is registered, 1 when one is not (or a case got no answer), 2 on bad input
+(unreadable suite, snapshots or registry; no snapshot at all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.reference.compare import Difference, diff
+from harness.reference.normalize import normalize_body
+from harness.reference.registry import Divergence, RegistryError, load_registry, registered
+from harness.reference.snapshots import Snapshot, SnapshotError, read_snapshot
+from harness.reference.suite import (
+    SERVICES,
+    Answer,
+    Case,
+    SuiteError,
+    Target,
+    default_fixtures_dir,
+    load_suite,
+    run_suite,
+    select,
+)
+
+OK, REGISTERED, FAILED, NO_ANSWER, UNRECORDED = "ok", "registered", "failed", "no-answer", "unrecorded"
+
+
+@dataclass
+class CaseResult:
+    case: str
+    outcome: str
+    differences: list[Difference] = field(default_factory=list)
+    registered: list[tuple[Difference, Divergence]] = field(default_factory=list)
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "case": self.case,
+            "outcome": self.outcome,
+            "differences": [d.to_dict() for d in self.differences],
+            "registered": [{**d.to_dict(), "reason": r.reason, "validated": r.validated} for d, r in self.registered],
+            "error": self.error,
+        }
+
+
+@dataclass
+class ServiceReport:
+    service: str
+    target: str
+    snapshot: str
+    results: list[CaseResult] = field(default_factory=list)
+    stale: list[Divergence] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[CaseResult]:
+        return [r for r in self.results if r.outcome in (FAILED, NO_ANSWER)]
+
+    def to_dict(self) -> dict[str, Any]:
+        counts = {o: sum(r.outcome == o for r in self.results) for o in (OK, REGISTERED, FAILED, NO_ANSWER, UNRECORDED)}
+        return {
+            "service": self.service,
+            "target": self.target,
+            "snapshot": self.snapshot,
+            "counts": counts,
+            "cases": [r.to_dict() for r in self.results],
+            "stale": [d.to_dict() for d in self.stale],
+        }
+
+
+@dataclass
+class Report:
+    services: list[ServiceReport] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not any(s.failed for s in self.services)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"passed": self.passed, "services": [s.to_dict() for s in self.services]}
+
+
+def _comparable(case: Case, status: int | None, body: Any, with_body: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"status": status}
+    if with_body:
+        out["body"] = normalize_body(case.normalize, body)
+    return out
+
+
+def compare_case(
+    case: Case, recorded: dict[str, Any] | None, answer: Answer, registry: list[Divergence]
+) -> CaseResult:
+    """One case's outcome: its differences from the recording, split into registered and not."""
+    if recorded is None:
+        return CaseResult(case.id, UNRECORDED)
+    if answer.status is None:
+        return CaseResult(case.id, NO_ANSWER, error=answer.error)
+    with_body = "body" in recorded
+    expected = _comparable(case, recorded["status"], recorded.get("body"), with_body)
+    got = _comparable(case, answer.status, answer.body, with_body)
+    result = CaseResult(case.id, OK)
+    for difference in diff(expected, got):
+        entry = registered(registry, case.service, case.id, difference)
+        if entry is None:
+            result.differences.append(difference)
+        else:
+            result.registered.append((difference, entry))
+    if result.differences:
+        result.outcome = FAILED
+    elif result.registered:
+        result.outcome = REGISTERED
+    return result
+
+
+def check_service(
+    service: str, cases: list[Case], snapshot: Snapshot, answers: dict[str, Answer], registry: list[Divergence], target: str
+) -> ServiceReport:
+    report = ServiceReport(service, target, snapshot.source)
+    for case in cases:
+        report.results.append(compare_case(case, snapshot.cases.get(case.id), answers[case.id], registry))
+    used = {id(entry) for r in report.results for _, entry in r.registered}
+    checked = {r.case for r in report.results if r.outcome in (OK, REGISTERED, FAILED)}
+    report.stale = [
+        d
+        for d in registry
+        if d.service == service and id(d) not in used and any(_glob(c, d.case) for c in checked)
+    ]
+    return report
+
+
+def _glob(case_id: str, pattern: str) -> bool:
+    from fnmatch import fnmatchcase
+
+    return fnmatchcase(case_id, pattern)
+
+
+@contextlib.contextmanager
+def emulator_targets() -> Iterator[dict[str, Target]]:
+    """The emulator on a loopback port, as a target per service."""
+    from emulator.app import Emulator
+    from emulator.server import EmulatorServer
+
+    with EmulatorServer(Emulator()) as server:
+        key = server.emulator.config.daytona.api_key
+        yield {
+            "sandbox-fusion": Target("sandbox-fusion", server.url),
+            "daytona": Target("daytona", server.url + "/api", key),
+        }
+
+
+def run_check(
+    services: list[str],
+    snapshots: Path,
+    registry: list[Divergence],
+    targets: dict[str, Target],
+    suite_path: Path | None = None,
+    patterns: list[str] | None = None,
+) -> Report:
+    """Run the suite against ``targets`` and compare with the snapshots in ``snapshots``."""
+    suite = load_suite(suite_path)
+    report = Report()
+    found = {s: read_snapshot(snapshots, s) for s in services}
+    if not any(found.values()):
+        raise SnapshotError(f"no snapshot for {', '.join(services)} in {snapshots}")
+    for service in services:
+        snapshot = found[service]
+        if snapshot is None:
+            continue
+        cases = select(suite[service], patterns)
+        answers = run_suite(targets[service], cases)
+        report.services.append(check_service(service, cases, snapshot, answers, registry, targets[service].url))
+    return report
+
+
+def render(report: Report) -> str:
+    """The human report: a summary line per service, a diff per failing case, stale registry entries."""
+    lines: list[str] = []
+    for service in report.services:
+        counts = service.to_dict()["counts"]
+        summary = ", ".join(f"{n} {o}" for o, n in counts.items() if n)
+        lines.append(f"{service.service} against {service.target}: {summary}")
+        for result in service.results:
+            if result.outcome == NO_ANSWER:
+                lines.append(f"  FAIL {result.case}: no answer ({result.error})")
+            elif result.outcome == FAILED:
+                lines.append(f"  FAIL {result.case}: {len(result.differences)} unregistered difference(s)")
+                lines += ["    " + d.describe().replace("\n", "\n    ") for d in result.differences]
+            elif result.outcome == UNRECORDED:
+                lines.append(f"  note {result.case}: not in the snapshot, not compared")
+        for entry in service.stale:
+            lines.append(
+                f"  stale registry entry {entry.case} {entry.field} (validated {entry.validated}): the divergence no"
+                " longer occurs; remove the entry or re-validate it"
+            )
+    lines.append("PASSED" if report.passed else "FAILED")
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.reference_url and args.service == "all":
+        print("sandbox-emulator check-reference: --reference-url needs one --service", file=sys.stderr)
+        return 2
+    service = args.service or ("sandbox-fusion" if args.reference_url else "all")
+    services = list(SERVICES) if service == "all" else [service]
+    try:
+        registry = load_registry(args.registry)
+        with contextlib.ExitStack() as stack:
+            if args.reference_url:
+                targets = {service: Target(service, args.reference_url.rstrip("/"), args.api_key)}
+            else:
+                targets = stack.enter_context(emulator_targets())
+            report = run_check(services, args.snapshots, registry, targets, args.suite, args.cases)
+    except (SuiteError, SnapshotError, RegistryError) as exc:
+        print(f"sandbox-emulator check-reference: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(report.to_dict(), indent=1) if args.json else render(report))
+    return 0 if report.passed else 1
+
+
+def add_common_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--suite", type=Path, metavar="FILE", help="the suite (default: fixtures/reference/suite.yaml)")
+    parser.add_argument("--api-key", metavar="KEY", help="Daytona bearer key of the live service")
+    parser.add_argument("--cases", nargs="+", metavar="GLOB", help="only the cases whose id matches")
+
+
+def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("check-reference", help="compare the emulator (or a live service) with the recordings")
+    parser.add_argument(
+        "--snapshots",
+        type=Path,
+        default=default_fixtures_dir() / "snapshots",
+        metavar="DIR",
+        help="snapshot directory, one <service>.json each (default: fixtures/reference/snapshots)",
+    )
+    parser.add_argument("--reference-url", metavar="URL", help="check this live service instead of the emulator")
+    parser.add_argument("--service", choices=[*SERVICES, "all"], help="default: all (sandbox-fusion with a URL)")
+    parser.add_argument("--registry", type=Path, metavar="FILE", help="default: fixtures/reference/divergences.yaml")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_common_options(parser)
+    parser.set_defaults(func=main)

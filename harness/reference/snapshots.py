@@ -1,0 +1,66 @@
+"""Snapshot files: what one service answered to the reference suite, one JSON file per service in a directory.
+
+Bodies are stored raw (not normalised) so that a better normaliser later still works on old recordings. A case
+recorded with ``"body"`` absent is compared on its status only (the Daytona traffic recorded against a stub kept
+no bodies).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from harness.reference.suite import Answer
+
+
+class SnapshotError(ValueError):
+    """A snapshot file is missing or malformed."""
+
+
+@dataclass
+class Snapshot:
+    """One service's recorded answers: case id -> ``{"status": int, "body": ...}`` (``body`` optional)."""
+
+    service: str
+    source: str
+    recorded_at: str
+    cases: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"service": self.service, "source": self.source, "recorded_at": self.recorded_at, "cases": self.cases}
+
+
+def snapshot_path(directory: Path, service: str) -> Path:
+    return directory / f"{service}.json"
+
+
+def from_answers(service: str, source: str, answers: dict[str, Answer]) -> Snapshot:
+    """A snapshot of answers just received (cases with no HTTP answer are left out: nothing to compare with)."""
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    cases = {cid: {"status": a.status, "body": a.body} for cid, a in answers.items() if a.status is not None}
+    return Snapshot(service, source, now, cases)
+
+
+def write_snapshot(directory: Path, snapshot: Snapshot) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = snapshot_path(directory, snapshot.service)
+    path.write_text(json.dumps(snapshot.to_dict(), indent=1, ensure_ascii=False, sort_keys=False) + "\n")
+    return path
+
+
+def read_snapshot(directory: Path, service: str) -> Snapshot | None:
+    """The service's snapshot in ``directory``; None when there is none."""
+    path = snapshot_path(directory, service)
+    if not path.exists():
+        return None
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SnapshotError(f"cannot read the snapshot {path}: {exc}") from exc
+    cases = raw.get("cases") if isinstance(raw, dict) else None
+    if not isinstance(cases, dict) or not all(isinstance(c, dict) and "status" in c for c in cases.values()):
+        raise SnapshotError(f"the snapshot {path} must hold 'cases': {{id: {{'status': ..., 'body': ...}}}}")
+    return Snapshot(str(raw.get("service", service)), str(raw.get("source", "")), str(raw.get("recorded_at", "")), cases)

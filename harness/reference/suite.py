@@ -1,0 +1,195 @@
+"""The reference suite: a fixed list of requests per service, read from ``fixtures/reference/suite.yaml``, and the
+code that sends them, in order, to one target (a real service or the emulator).
+
+The suite is data so that the same requests go to the real service when recording and to the emulator when
+checking; only the answers' run-to-run noise is normalised afterwards (see ``normalize.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+SERVICES = ("sandbox-fusion", "daytona")
+BASES = ("api", "toolbox")
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_KEYS = {"id", "method", "path", "json", "data", "headers", "base", "save", "normalize"}
+
+
+class SuiteError(ValueError):
+    """The suite file is missing or malformed (a user error: reported as a message, never a traceback)."""
+
+
+def default_fixtures_dir() -> Path:
+    """``fixtures/reference`` of the source checkout this package lives in."""
+    return Path(__file__).resolve().parents[2] / "fixtures" / "reference"
+
+
+def default_suite_path() -> Path:
+    return default_fixtures_dir() / "suite.yaml"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One request of the suite."""
+
+    id: str
+    service: str
+    method: str
+    path: str
+    json: Any = None
+    has_json: bool = False
+    data: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    base: str = "api"
+    save: dict[str, str] = field(default_factory=dict)
+    normalize: str = "generic"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a target answered to one case: the HTTP status and the body (parsed JSON, else text); ``error`` when
+    no HTTP answer came at all (connection refused, a missing saved value)."""
+
+    status: int | None
+    body: Any = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status, "body": self.body}
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where to send a service's cases: the base URL (Sandbox Fusion: the server root; Daytona: the API URL, e.g.
+    ``https://app.daytona.io/api``) and, for Daytona, the bearer key."""
+
+    service: str
+    url: str
+    api_key: str | None = None
+
+
+def _case(service: str, raw: Any, position: int) -> Case:
+    where = f"{service} case #{position + 1}"
+    if not isinstance(raw, dict):
+        raise SuiteError(f"{where}: expected a mapping, got {type(raw).__name__}")
+    unknown = set(raw) - _KEYS
+    if unknown:
+        raise SuiteError(f"{where}: unknown keys {sorted(unknown)} (allowed: {sorted(_KEYS)})")
+    for key in ("id", "method", "path"):
+        if not isinstance(raw.get(key), str) or not raw[key]:
+            raise SuiteError(f"{where}: '{key}' must be a non-empty string")
+    if "json" in raw and "data" in raw:
+        raise SuiteError(f"{where} ({raw['id']}): give 'json' or 'data', not both")
+    base = raw.get("base", "api")
+    if base not in BASES:
+        raise SuiteError(f"{where} ({raw['id']}): base must be one of {BASES}, got {base!r}")
+    for key in ("headers", "save"):
+        value = raw.get(key, {})
+        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            raise SuiteError(f"{where} ({raw['id']}): '{key}' must map strings to strings")
+    return Case(
+        id=raw["id"],
+        service=service,
+        method=raw["method"].upper(),
+        path=raw["path"],
+        json=raw.get("json"),
+        has_json="json" in raw,
+        data=raw.get("data"),
+        headers=dict(raw.get("headers", {})),
+        base=base,
+        save=dict(raw.get("save", {})),
+        normalize=str(raw.get("normalize", "generic")),
+    )
+
+
+def load_suite(path: Path | None = None) -> dict[str, list[Case]]:
+    """Every service's cases, in order."""
+    path = path or default_suite_path()
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise SuiteError(f"cannot read the suite {path}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise SuiteError(f"the suite {path} is not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict) or raw.get("version") != 1:
+        raise SuiteError(f"the suite {path} must be a mapping with 'version: 1'")
+    suite: dict[str, list[Case]] = {}
+    for service in SERVICES:
+        cases = [_case(service, item, i) for i, item in enumerate(raw.get(service) or [])]
+        ids = [c.id for c in cases]
+        duplicated = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicated:
+            raise SuiteError(f"the suite {path}: duplicate {service} case ids {duplicated}")
+        suite[service] = cases
+    return suite
+
+
+def _fill(path: str, saved: dict[str, str]) -> str:
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in saved:
+            raise KeyError(name)
+        return saved[name]
+
+    return _PLACEHOLDER.sub(one, path)
+
+
+def _body(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return response.text
+
+
+def run_case(client: httpx.Client, target: Target, case: Case, saved: dict[str, str]) -> Answer:
+    """Send one case; fills ``saved`` from its answer when the case says ``save``."""
+    base = target.url if case.base == "api" else saved.get("toolbox")
+    try:
+        if base is None:
+            raise KeyError("toolbox")
+        url = base.rstrip("/") + _fill(case.path, saved)
+    except KeyError as exc:
+        return Answer(None, error=f"needs {{{exc.args[0]}}}, which an earlier case did not save")
+    headers = dict(case.headers)
+    if target.api_key:
+        headers.setdefault("Authorization", f"Bearer {target.api_key}")
+    kwargs: dict[str, Any] = {"headers": headers}
+    if case.has_json:
+        kwargs["json"] = case.json
+    elif case.data is not None:
+        kwargs["content"] = case.data.encode()
+    try:
+        response = client.request(case.method, url, **kwargs)
+    except httpx.HTTPError as exc:
+        return Answer(None, error=f"{type(exc).__name__}: {exc}")
+    answer = Answer(response.status_code, _body(response))
+    if case.save and isinstance(answer.body, dict):
+        for name, key in case.save.items():
+            if isinstance(answer.body.get(key), str):
+                saved[name] = answer.body[key]
+    return answer
+
+
+def run_suite(target: Target, cases: list[Case], timeout: float = 120.0) -> dict[str, Answer]:
+    """Every case against ``target``, in order; one failing case never stops the others."""
+    saved: dict[str, str] = {}
+    with httpx.Client(timeout=timeout) as client:
+        return {case.id: run_case(client, target, case, saved) for case in cases}
+
+
+def select(cases: list[Case], patterns: list[str] | None) -> list[Case]:
+    """The cases whose id matches one of the glob ``patterns`` (all when none)."""
+    if not patterns:
+        return cases
+    from fnmatch import fnmatchcase
+
+    return [c for c in cases if any(fnmatchcase(c.id, p) for p in patterns)]
