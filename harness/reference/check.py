@@ -96,9 +96,7 @@ def _comparable(case: Case, status: int | None, body: Any, with_body: bool) -> d
     return out
 
 
-def compare_case(
-    case: Case, recorded: dict[str, Any] | None, answer: Answer, registry: list[Divergence]
-) -> CaseResult:
+def compare_case(case: Case, recorded: dict[str, Any] | None, answer: Answer, registry: list[Divergence]) -> CaseResult:
     """One case's outcome: its differences from the recording, split into registered and not."""
     if recorded is None:
         return CaseResult(case.id, UNRECORDED)
@@ -122,7 +120,12 @@ def compare_case(
 
 
 def check_service(
-    service: str, cases: list[Case], snapshot: Snapshot, answers: dict[str, Answer], registry: list[Divergence], target: str
+    service: str,
+    cases: list[Case],
+    snapshot: Snapshot,
+    answers: dict[str, Answer],
+    registry: list[Divergence],
+    target: str,
 ) -> ServiceReport:
     report = ServiceReport(service, target, snapshot.source)
     for case in cases:
@@ -130,9 +133,7 @@ def check_service(
     used = {id(entry) for r in report.results for _, entry in r.registered}
     checked = {r.case for r in report.results if r.outcome in (OK, REGISTERED, FAILED)}
     report.stale = [
-        d
-        for d in registry
-        if d.service == service and id(d) not in used and any(_glob(c, d.case) for c in checked)
+        d for d in registry if d.service == service and id(d) not in used and any(_glob(c, d.case) for c in checked)
     ]
     return report
 

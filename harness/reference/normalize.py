@@ -77,13 +77,23 @@ def normalize_generic(value: Any) -> Any:
 
 
 def normalize_run_jupyter(body: Any) -> Any:
-    """A ``/run_jupyter`` answer without the driver's measured time."""
+    """A ``/run_jupyter`` answer without the driver's measured time, temp paths normalised in the cells."""
     if not isinstance(body, dict):
         return body
     out = dict(body)
     if isinstance(out.get("driver"), dict):
         out["driver"] = normalize_result(out["driver"])
+    if isinstance(out.get("cells"), list):
+        out["cells"] = [_paths_normalized(cell) for cell in out["cells"]]
     return out
+
+
+def _paths_normalized(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _paths_normalized(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_paths_normalized(v) for v in value]
+    return normalize_text(value) if isinstance(value, str) else value
 
 
 #: Normalisers a suite case can name.

@@ -88,8 +88,6 @@ def load_registry(path: Path | None = None) -> list[Divergence]:
     return [_entry(item, i, path) for i, item in enumerate(entries)]
 
 
-def registered(
-    registry: list[Divergence], service: str, case_id: str, difference: Difference
-) -> Divergence | None:
+def registered(registry: list[Divergence], service: str, case_id: str, difference: Difference) -> Divergence | None:
     """The entry that explains ``difference``, if any."""
     return next((d for d in registry if d.covers(service, case_id, difference)), None)

@@ -63,4 +63,6 @@ def read_snapshot(directory: Path, service: str) -> Snapshot | None:
     cases = raw.get("cases") if isinstance(raw, dict) else None
     if not isinstance(cases, dict) or not all(isinstance(c, dict) and "status" in c for c in cases.values()):
         raise SnapshotError(f"the snapshot {path} must hold 'cases': {{id: {{'status': ..., 'body': ...}}}}")
-    return Snapshot(str(raw.get("service", service)), str(raw.get("source", "")), str(raw.get("recorded_at", "")), cases)
+    return Snapshot(
+        str(raw.get("service", service)), str(raw.get("source", "")), str(raw.get("recorded_at", "")), cases
+    )

@@ -1,4 +1,5 @@
-"""Every recorded Sandbox Fusion answer, replayed against the emulator and compared after normalisation."""
+"""Every recorded Sandbox Fusion answer, replayed against the emulator (or the live service given with
+``--reference-url``) and compared after normalisation."""
 
 from __future__ import annotations
 
@@ -30,17 +31,17 @@ def _post(url: str, payload: Any) -> requests.Response:
 
 
 @pytest.mark.parametrize("case_id", sorted(set(CASES) - set(KNOWN_DIVERGENCES)))
-def test_recorded_run_code_case(case_id: str, sandbox_fusion_url: str) -> None:
+def test_recorded_run_code_case(case_id: str, reference_sandbox_fusion_url: str) -> None:
     case = CASES[case_id]
-    answer = _post(sandbox_fusion_url, case["request"])
+    answer = _post(reference_sandbox_fusion_url + "/run_code", case["request"])
     assert answer.status_code == case["http_status"]
     assert normalize_run_code(answer.json()) == normalize_run_code(case["response"])
 
 
-def test_numpy_under_memory_limit_fails_like_the_real_server(sandbox_fusion_url: str) -> None:
+def test_numpy_under_memory_limit_fails_like_the_real_server(reference_sandbox_fusion_url: str) -> None:
     """Case 32: OpenBLAS cannot start threads under the 1 GiB stack quirk, then dies by SIGINT."""
     case = CASES["32_numpy_with_memlimit_1024"]
-    got = _post(sandbox_fusion_url, case["request"]).json()
+    got = _post(reference_sandbox_fusion_url + "/run_code", case["request"]).json()
     want = case["response"]
     assert got["status"] == want["status"] == "Failed"
     assert got["run_result"]["status"] == "Finished"
@@ -73,10 +74,10 @@ def _raw_case(name: str) -> tuple[Any, int]:
     return json.loads(text), int(status.rstrip("]"))
 
 
-def test_malformed_json(sandbox_emulator: EmulatorServer) -> None:
+def test_malformed_json(reference_sandbox_fusion_url: str) -> None:
     want, status = _raw_case("23_malformed_json")
     answer = requests.post(
-        sandbox_emulator.run_code_url,
+        reference_sandbox_fusion_url + "/run_code",
         data=b'{"code": "print(1)", "language": }',
         headers={"Content-Type": "application/json"},
         timeout=30,
@@ -84,22 +85,22 @@ def test_malformed_json(sandbox_emulator: EmulatorServer) -> None:
     assert (answer.status_code, answer.json()) == (status, want)
 
 
-def test_get_run_code_is_405(sandbox_emulator: EmulatorServer) -> None:
+def test_get_run_code_is_405(reference_sandbox_fusion_url: str) -> None:
     want, status = _raw_case("24_get_run_code")
-    answer = requests.get(sandbox_emulator.run_code_url, timeout=30)
+    answer = requests.get(reference_sandbox_fusion_url + "/run_code", timeout=30)
     assert (answer.status_code, answer.json()) == (status, want)
 
 
-def test_unknown_path_is_404(sandbox_emulator: EmulatorServer) -> None:
+def test_unknown_path_is_404(reference_sandbox_fusion_url: str) -> None:
     want, status = _raw_case("25_404")
-    answer = requests.post(sandbox_emulator.url + "/no_such_route", json={}, timeout=30)
+    answer = requests.post(reference_sandbox_fusion_url + "/no_such_route", json={}, timeout=30)
     assert (answer.status_code, answer.json()) == (status, want)
 
 
-def test_form_content_type_is_validated_as_text(sandbox_emulator: EmulatorServer) -> None:
+def test_form_content_type_is_validated_as_text(reference_sandbox_fusion_url: str) -> None:
     want, status = _raw_case("26_no_content_type")
     answer = requests.post(
-        sandbox_emulator.run_code_url,
+        reference_sandbox_fusion_url + "/run_code",
         data=b'{"code":"print(1)","language":"python"}',
         headers={"Content-Type": "application/x-www-form-urlencoded"},
         timeout=30,
@@ -107,10 +108,10 @@ def test_form_content_type_is_validated_as_text(sandbox_emulator: EmulatorServer
     assert (answer.status_code, answer.json()) == (status, want)
 
 
-def test_run_jupyter_answer_shape(sandbox_emulator: EmulatorServer) -> None:
+def test_run_jupyter_answer_shape(reference_sandbox_fusion_url: str) -> None:
     recorded = json.loads(OTHER["run_jupyter"].rpartition(" [")[0])
     cells = json.loads(recorded["driver"]["stdout"].split("config: \n", 1)[1])["cells"]
-    answer = requests.post(sandbox_emulator.url + "/run_jupyter", json={"cells": cells}, timeout=60)
+    answer = requests.post(reference_sandbox_fusion_url + "/run_jupyter", json={"cells": cells}, timeout=60)
     assert answer.status_code == 200
     got = answer.json()
     assert list(got) == list(recorded)

@@ -1,0 +1,95 @@
+"""pytest options ``--reference-url`` / ``--reference-service`` / ``--reference-api-key``: run the project's
+conformance tests (``tests/reference``) against a live Sandbox Fusion or Daytona instead of the emulator, so users
+can re-validate fidelity themselves.
+
+Tests take a base URL from ``reference_sandbox_fusion_url`` or a :class:`~harness.reference.suite.Target` from
+``reference_daytona``; without the options (or for the other service) these point at an emulator on a loopback
+port, started once per session.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from harness.reference.suite import SERVICES, Target
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("sandbox-emulator reference")
+    group.addoption(
+        "--reference-url",
+        metavar="URL",
+        default=None,
+        help="run the reference tests against this live service (Sandbox Fusion root URL or Daytona API URL)",
+    )
+    group.addoption(
+        "--reference-service",
+        choices=SERVICES,
+        default="sandbox-fusion",
+        help="which service --reference-url is (default: sandbox-fusion)",
+    )
+    group.addoption(
+        "--reference-api-key",
+        metavar="KEY",
+        default=None,
+        help="Daytona bearer key for --reference-url (default: $DAYTONA_API_KEY)",
+    )
+
+
+def _option(config: pytest.Config, name: str, default: Any = None) -> Any:
+    """An option's value, or ``default`` when this plugin's options are not registered."""
+    return config.getoption(name, default=default)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    url = _option(config, "reference_url")
+    if not url:
+        return None
+    return f"reference: {_option(config, 'reference_service', 'sandbox-fusion')} at {url} (not the emulator)"
+
+
+def _live(config: pytest.Config, service: str) -> str | None:
+    url = _option(config, "reference_url")
+    if url and _option(config, "reference_service", "sandbox-fusion") == service:
+        return str(url).rstrip("/")
+    return None
+
+
+@pytest.fixture(scope="session")
+def reference_emulator() -> Iterator[Any]:
+    """The emulator the reference tests run against when no live service is named."""
+    from emulator.app import Emulator
+    from emulator.server import EmulatorServer
+
+    with EmulatorServer(Emulator()) as server:
+        yield server
+
+
+@pytest.fixture
+def reference_is_live(pytestconfig: pytest.Config) -> bool:
+    """True when the reference tests run against a live service."""
+    return bool(_option(pytestconfig, "reference_url"))
+
+
+@pytest.fixture
+def reference_sandbox_fusion_url(pytestconfig: pytest.Config, request: pytest.FixtureRequest) -> str:
+    """Base URL of the Sandbox Fusion under test (``url + "/run_code"`` is what verl wants)."""
+    live = _live(pytestconfig, "sandbox-fusion")
+    if live:
+        return live
+    return str(request.getfixturevalue("reference_emulator").url)
+
+
+@pytest.fixture
+def reference_daytona(pytestconfig: pytest.Config, request: pytest.FixtureRequest) -> Target:
+    """The Daytona under test: its API URL and bearer key."""
+    live = _live(pytestconfig, "daytona")
+    if live:
+        key = _option(pytestconfig, "reference_api_key") or os.environ.get("DAYTONA_API_KEY")
+        return Target("daytona", live, key)
+    server = request.getfixturevalue("reference_emulator")
+    return Target("daytona", server.url + "/api", server.emulator.config.daytona.api_key)

@@ -1,0 +1,117 @@
+"""``record`` and ``check-reference``: a recording of the emulator checks clean against the emulator, the committed
+recordings pass with the registry, an unregistered difference fails with a diff, a stale entry is reported."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from emulator.server import EmulatorServer
+from harness.cli import main
+from harness.reference.suite import default_fixtures_dir
+
+SNAPSHOTS = default_fixtures_dir() / "snapshots"
+REGISTRY = default_fixtures_dir() / "divergences.yaml"
+
+
+def _empty_registry(tmp_path: Path) -> Path:
+    path = tmp_path / "none.yaml"
+    path.write_text("divergences: []\n")
+    return path
+
+
+@pytest.mark.parametrize("service", ["sandbox-fusion", "daytona"])
+def test_recording_the_emulator_then_checking_it_finds_no_difference(
+    service: str, reference_emulator: EmulatorServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = reference_emulator.url + ("/api" if service == "daytona" else "")
+    key = reference_emulator.emulator.config.daytona.api_key
+    assert main(["record", "--target", url, "--service", service, "--api-key", key, "--out", str(tmp_path)]) == 0
+    recorded = json.loads((tmp_path / f"{service}.json").read_text())
+    assert all("body" in c for c in recorded["cases"].values())
+    capsys.readouterr()
+    args = ["check-reference", "--snapshots", str(tmp_path), "--service", service, "--json"]
+    assert main([*args, "--registry", str(_empty_registry(tmp_path))]) == 0
+    report = json.loads(capsys.readouterr().out)
+    [checked] = report["services"]
+    assert checked["counts"]["ok"] == len(recorded["cases"]) > 10
+    assert all(not c["differences"] and not c["registered"] for c in checked["cases"])
+
+
+def test_committed_recordings_pass_with_the_registry(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check-reference", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    by_service = {s["service"]: s for s in report["services"]}
+    assert set(by_service) == {"sandbox-fusion", "daytona"}
+    assert by_service["sandbox-fusion"]["counts"]["ok"] >= 20
+    assert by_service["sandbox-fusion"]["counts"]["registered"] >= 1  # the registry is used, not bypassed
+    assert by_service["daytona"]["counts"]["ok"] == 14
+    assert not by_service["sandbox-fusion"]["stale"]
+
+
+def test_a_registered_case_fails_without_the_registry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["check-reference", "--service", "sandbox-fusion", "--cases", "32_*"]
+    assert main([*args, "--registry", str(_empty_registry(tmp_path))]) == 1
+    assert "FAIL 32_numpy_with_memlimit_1024" in capsys.readouterr().out
+
+
+def test_unregistered_difference_fails_with_a_diff(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    snapshots = tmp_path / "snapshots"
+    shutil.copytree(SNAPSHOTS, snapshots)
+    path = snapshots / "sandbox-fusion.json"
+    data = json.loads(path.read_text())
+    data["cases"]["01_print"]["body"]["run_result"]["stdout"] = "3\n"
+    path.write_text(json.dumps(data))
+    args = ["check-reference", "--snapshots", str(snapshots), "--service", "sandbox-fusion", "--cases", "01_*", "15_*"]
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "FAIL 01_print: 1 unregistered difference(s)" in out
+    assert 'body.run_result.stdout:\n        recorded "3\\n"\n        got      "2\\n"' in out
+    assert "15_bash" not in out and out.rstrip().endswith("FAILED")
+
+
+def test_stale_registry_entry_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    registry = tmp_path / "divergences.yaml"
+    registry.write_text(
+        REGISTRY.read_text()
+        + "- service: sandbox-fusion\n  case: 01_print\n  field: body.run_result.stdout\n"
+        + "  reason: once differed\n  validated: 2026-01-01\n"
+    )
+    assert main(["check-reference", "--service", "sandbox-fusion", "--cases", "01_*", "--registry", str(registry)]) == 0
+    out = capsys.readouterr().out
+    assert "stale registry entry 01_print body.run_result.stdout (validated 2026-01-01)" in out
+    assert "32_numpy" not in out  # entries of cases not run are not judged
+
+
+def test_reference_url_checks_a_live_service(reference_emulator: EmulatorServer) -> None:
+    url = reference_emulator.url + "/api"
+    key = reference_emulator.emulator.config.daytona.api_key
+    assert main(["check-reference", "--reference-url", url, "--service", "daytona", "--api-key", key]) == 0
+
+
+def test_unreachable_live_service_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check-reference", "--reference-url", "http://127.0.0.1:9", "--cases", "01_*"]) == 1
+    assert "FAIL 01_print: no answer (ConnectError" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["check-reference", "--snapshots", "{tmp}"], "no snapshot for sandbox-fusion, daytona"),
+        (["check-reference", "--registry", "{tmp}/bad.yaml"], "must be a mapping with a 'divergences' list"),
+        (["check-reference", "--suite", "{tmp}/none.yaml"], "cannot read the suite"),
+        (["check-reference", "--reference-url", "http://x", "--service", "all"], "needs one --service"),
+        (["record", "--target", "localhost:8080", "--out", "{tmp}"], "--target must be an http(s) URL"),
+        (["record", "--target", "http://x", "--cases", "nope", "--out", "{tmp}"], "no case matches"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "bad.yaml").write_text("- just a list\n")
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
