@@ -47,6 +47,9 @@ from emulator.journal import Journal
 from emulator.server import EmulatorServer
 from harness.chaos.seeds import DEFAULT_CHAOS_SEED, derive_seed, log_path_for, parse_chaos_seed, replay_command
 
+#: The reference checks' options (``--reference-url``, ``--reference-service``) and fixtures.
+pytest_plugins = ["harness.reference.plugin"]
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("sandbox-emulator")
