@@ -240,6 +240,9 @@ class DaytonaService:
                     return daemon_error(
                         404, f"file not found: {exc.filename}", path, request.method, "FILE_NOT_FOUND"
                     ), {}
+                except OSError as exc:  # a directory where a file was meant, a permission: the caller's request
+                    reason = exc.strerror or type(exc).__name__
+                    return daemon_error(400, f"{reason}: {exc.filename}", path, request.method, "BAD_REQUEST"), {}
                 if isinstance(result, Response):
                     return result, {}
                 return json_response(result), {}
