@@ -37,7 +37,7 @@ def plot_throughput(path: Path, runs: Mapping[str, Sequence[LevelResult]], title
         ax.set_ylabel("throughput (calls/s)")
         ax.set_title(scenario)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, loc="upper left")
+        ax.legend(fontsize=7, loc="best")
     if title:
         fig.suptitle(title)
     fig.tight_layout()

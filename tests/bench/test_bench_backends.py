@@ -1,0 +1,159 @@
+"""``sandbox-emulator bench``: file formats, Daytona's percentile rule, tiny end-to-end runs, clear errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.bench.drivers import SCENARIOS, CallOutcome
+from harness.bench.stats import (
+    CSV_COLUMNS,
+    RESULT_KEYS,
+    SUMMARY_KEYS,
+    LevelResult,
+    PoolTimings,
+    percentile,
+    write_csv,
+    write_summary,
+)
+from harness.cli import main as cli_main
+
+EXPECTED_CSV = [
+    "scenario",
+    "concurrency",
+    "p50_s",
+    "p95_s",
+    "max_s",
+    "mean_s",
+    "throughput_calls_per_s",
+    "success_count",
+    "failure_count",
+]
+
+
+def test_percentile_uses_the_rounded_index_without_interpolation() -> None:
+    values = [float(v) for v in range(10, 0, -1)]  # unsorted on purpose: 10 .. 1
+    assert percentile(values, 0.95) == 10.0  # index round(9 * 0.95) = round(8.55) = 9
+    assert percentile(values, 0.50) == 5.0  # index round(4.5) = 4 (Python rounds half to even)
+    assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 3.0  # index round(1.5) = 2
+    assert percentile([7.0], 0.95) == 7.0
+    with pytest.raises(ValueError):
+        percentile([], 0.5)
+
+
+@given(st.lists(st.floats(min_value=0, max_value=1e3), min_size=1, max_size=200), st.floats(0, 1), st.floats(0, 1))
+def test_percentile_is_a_sample_and_monotonic(values: list[float], a: float, b: float) -> None:
+    low, high = sorted((a, b))
+    assert percentile(values, low) in values
+    assert percentile(values, low) <= percentile(values, high)
+
+
+def _level() -> LevelResult:
+    return LevelResult("simple_stdout", 2, (0.1, 0.2, 0.3, 0.4), (0.25, 0.5), success_count=3, failure_count=1)
+
+
+def test_throughput_is_calls_over_the_sum_of_batch_walls() -> None:
+    assert _level().throughput == pytest.approx(4 / 0.75)
+    result = _level().result()
+    assert result["mean_latency_s"] == pytest.approx(0.25)
+    assert result["p95_latency_s"] == 0.4 and result["max_latency_s"] == 0.4
+
+
+def test_csv_and_summary_have_exactly_daytonas_columns_and_keys(tmp_path: Path) -> None:
+    write_csv(tmp_path / "results.csv", [_level()])
+    write_summary(
+        tmp_path / "summary.json",
+        {"backend": "x", "created_at": "t", "host": "h", "python_version": "3"},
+        [_level()],
+        PoolTimings((0.1, 0.2), 0.3, (0.05,), 0.05),
+    )
+    with (tmp_path / "results.csv").open() as handle:
+        rows = list(csv.reader(handle))
+    assert rows[0] == EXPECTED_CSV == list(CSV_COLUMNS)
+    # p50: index round(3 * 0.5) = 2 of the sorted latencies
+    assert rows[1] == ["simple_stdout", "2", "0.3000", "0.4000", "0.4000", "0.2500", "5.33", "3", "1"]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert set(summary) == set(SUMMARY_KEYS)
+    assert list(summary["results"][0]) == sorted(RESULT_KEYS)
+    assert summary["setup_result"]["setup"]["sandbox_count"] == 2
+    assert summary["setup_result"]["teardown"]["sandbox_count"] == 1
+
+
+def test_scenarios_are_judged_on_text_and_error_flag() -> None:
+    assert CallOutcome("4\n", False).judge(SCENARIOS["simple_stdout"])
+    assert not CallOutcome("4\n", True).judge(SCENARIOS["simple_stdout"])
+    assert not CallOutcome("5\n", False).judge(SCENARIOS["simple_stdout"])
+    assert CallOutcome("Traceback ...\nValueError: boom", True).judge(SCENARIOS["runtime_error"])
+    assert not CallOutcome("ValueError", False).judge(SCENARIOS["runtime_error"])
+    assert not CallOutcome("4", False, infra_fault="HTTP 504").judge(SCENARIOS["simple_stdout"])
+
+
+def _read_run(out: Path, backend: str) -> tuple[list[dict[str, str]], dict[str, object]]:
+    with (out / backend / "results.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    return rows, json.loads((out / backend / "summary.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "backend", ["emulator-sf-fast", "emulator-sf-faithful", "emulator-daytona-fast", "local-subprocess"]
+)
+def test_a_tiny_run_end_to_end(backend: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["bench", "--quick", "--backends", backend, "--concurrency", "2", "--iterations", "2"]
+    argv += ["--scenarios", "runtime_error", "--out", str(tmp_path), "--no-plot"]
+    assert cli_main(argv) == 0
+    rows, summary = _read_run(tmp_path, backend)
+    assert [(r["scenario"], r["concurrency"], r["success_count"], r["failure_count"]) for r in rows] == [
+        ("runtime_error", "2", "4", "0")
+    ]
+    assert float(rows[0]["throughput_calls_per_s"]) > 0
+    assert summary["backend"] == backend
+    captured = capsys.readouterr()
+    assert f"{backend}" in captured.out and "Thru(c/s)" in captured.out  # the final table
+    assert "c=2" in captured.err  # the progress line
+
+
+def test_plot_and_fixed_latency(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib", reason="the [bench] extra (matplotlib) is not installed")
+    argv = ["bench", "--quick", "--backends", "emulator-sf-fast", "--concurrency", "1", "--iterations", "3"]
+    argv += ["--scenarios", "simple_stdout", "--fixed-latency-ms", "50", "--out", str(tmp_path)]
+    assert cli_main(argv) == 0
+    assert (tmp_path / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows, summary = _read_run(tmp_path, "emulator-sf-fast")
+    assert summary["injected_latency_s"] == 0.05
+    assert float(rows[0]["p50_s"]) >= 0.05  # the injected latency is in every call
+    assert "p50-inj(ms)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--concurrency", "0"], "--concurrency takes positive integers"),
+        (["--concurrency", "eight"], "--concurrency takes positive integers"),
+        (["--backends", "docker"], "unknown 'docker'"),
+        (["--scenarios", "nope"], "unknown 'nope'"),
+        (["--sandbox-fusion-url", "localhost:8080"], "is not an http(s) URL"),
+        (["--daytona-api-url", "ftp://example.com"], "is not an http(s) URL"),
+        (["--sandbox-fusion-url", "http://127.0.0.1:9", "--concurrency", "1"], "sandbox-fusion: the service failed"),
+    ],
+)
+def test_bad_arguments_are_a_clear_error(args: list[str], message: str, tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "harness.cli", "bench", "--quick", "--no-plot", "--out", str(tmp_path), *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_daytona_url_needs_a_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("DAYTONA_API_KEY", raising=False)
+    assert cli_main(["bench", "--daytona-api-url", "http://127.0.0.1:9/api", "--out", str(tmp_path)]) == 2
+    assert "DAYTONA_API_KEY" in capsys.readouterr().err
