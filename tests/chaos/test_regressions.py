@@ -17,12 +17,33 @@ from harness.chaos.search import LifoAdapter, LimiterScenario, limiter_ops, limi
 
 SAVED = load_regressions(REGRESSIONS_DIR)
 
+#: Saved schedules that break a shipped tool: real bugs, reported, not yet fixed. Strict: the day the tool is fixed
+#: the replay passes, this test fails, and the entry must go.
+_DAYTONA_504 = (
+    "DaytonaTool takes the SDK's DaytonaTimeoutError for the program's own timeout, but the SDK raises it for a "
+    "gateway 504 too: "
+)
+KNOWN_TOOL_BUGS = {
+    "tool-daytona-real-crash": _DAYTONA_504 + "a 504 on sandbox create escapes tool.create() as an exception",
+    "tool-daytona-real-fault-as-output": _DAYTONA_504
+    + "a 504 on the interpreter is shown as 'Execution timed out after 30 seconds.' without a retry",
+    "tool-daytona-real-leak": _DAYTONA_504 + "a 504 on sandbox delete is not retried and the sandbox is left behind",
+    "tool-daytona-real-retry-after": "a Daytona 429 on the interpreter's WebSocket handshake reaches DaytonaTool "
+    "without its Retry-After-<throttler> header, so the retry comes after the backoff alone, before the wait asked for",
+}
+
+
+def _case(path: Path, regression: Regression) -> object:
+    reason = KNOWN_TOOL_BUGS.get(path.stem)
+    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+    return pytest.param(path, regression, marks=marks, id=path.stem)
+
 
 def test_the_repository_keeps_at_least_one_regression() -> None:
     assert SAVED, f"no regression files in {REGRESSIONS_DIR}"
 
 
-@pytest.mark.parametrize(("path", "regression"), SAVED, ids=[p.stem for p, _ in SAVED])
+@pytest.mark.parametrize(("path", "regression"), [_case(p, r) for p, r in SAVED])
 def test_saved_regression_holds_on_the_real_implementation(path: Path, regression: Regression) -> None:
     assert replay(regression, "real") is None, f"{path.name} breaks the real implementation again"
     if regression.found_with != "real":
