@@ -126,8 +126,9 @@ class FaultGate:
         """The gate for a WebSocket route. Faults map onto the handshake and close codes:
 
         ``hang`` accepts, waits, then closes with 4008 (timeout; 1011 with ``then: reset``); ``reset`` refuses the
-        handshake; a 408/504 status accepts and closes with 4008; any other status (429 from a limit included) is
-        answered as an HTTP denial of the handshake with that status, headers and body.
+        handshake; a 408 status (the daemon's own request timeout) accepts and closes with 4008; any other status (a
+        gateway's 504, a 429 from a limit) is answered as an HTTP denial of the handshake with that status, headers and
+        body, as a proxy in front of the daemon would answer the upgrade request.
         """
         key = request_key(websocket.headers, websocket.url.path.encode())
         decision = self.engine.decide(route, key)
@@ -152,7 +153,7 @@ class FaultGate:
             elif action.kind == "reset":
                 await websocket.close()
                 status, outcome = None, "reset"
-            elif action.status in (408, 504):
+            elif action.status == 408:
                 await websocket.accept()
                 await websocket.close(WS_TIMEOUT_CLOSE, "execution timeout")
                 outcome = "fault"

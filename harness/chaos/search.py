@@ -740,10 +740,10 @@ _THROTTLER = {
     "daytona.sandbox.list": "authenticated",
     "daytona.interpreter.execute": "authenticated",
 }
-#: Fault kinds of the Daytona search. A 504 is kept apart: it breaks the tool today (the saved ``tool-daytona-real-*``
-#: regressions replay it, marked as expected failures); ``fault`` operations accept it for those replays.
-DAYTONA_FAULTS = ("429", "500", "502", "503", "reset", "truncate")
-DAYTONA_FAULTS_WITH_504 = (*DAYTONA_FAULTS, "504")
+#: Fault kinds of the Daytona search (a 504 broke the tool until it told a gateway 504 from the program's timeout;
+#: the saved ``tool-daytona-real-*`` regressions replay those cases).
+DAYTONA_FAULTS = ("429", "500", "502", "503", "504", "reset", "truncate")
+DAYTONA_FAULTS_WITH_504 = DAYTONA_FAULTS
 DAYTONA_RETRY_AFTER_S = 1
 
 

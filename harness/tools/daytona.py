@@ -142,9 +142,11 @@ class DaytonaTool(BaseTool):
             else None
         )
 
-    async def _limited(self, make: Any) -> Any:
-        """Run one SDK call under the in-flight cap, mapping service failures to :class:`_Infra`."""
+    async def _limited(self, make: Any, program: bool = False) -> Any:
+        """Run one SDK call under the in-flight cap, mapping service failures to :class:`_Infra`. ``program``: the
+        call runs the model's code, so the interpreter's own timeout (close code 4008) is the program's outcome."""
         from daytona import DaytonaError, DaytonaTimeoutError
+        from daytona.common.errors import DaytonaConnectionTimeoutError
 
         limiter = self._limiter
         permit = await limiter.acquire() if limiter is not None else None
@@ -153,9 +155,14 @@ class DaytonaTool(BaseTool):
             result = await make()
             outcome = "ok"
             return result
-        except DaytonaTimeoutError:
-            outcome = "ok"  # the program ran too long: not the service's fault
-            raise
+        except DaytonaTimeoutError as exc:
+            # The SDK raises this class for the program's timeout (no HTTP status) and also for a gateway 504 or 408
+            # and for its own client-side request timeouts: only the first is the program's doing.
+            status = getattr(exc, "status_code", None)
+            if program and status is None and not isinstance(exc, DaytonaConnectionTimeoutError):
+                outcome = "ok"
+                raise
+            raise _Infra(f"HTTP {status}" if status is not None else "timeout", None, True) from None
         except DaytonaError as exc:
             status = getattr(exc, "status_code", None)
             outcome = "throttled" if status == 429 else "error"
@@ -170,7 +177,7 @@ class DaytonaTool(BaseTool):
                 await limiter.release(permit)
                 await limiter.report(outcome)  # adaptive limiters shrink on 429; a no-op otherwise
 
-    async def _with_retries(self, make: Any, attempts: list[int] | None = None) -> Any:
+    async def _with_retries(self, make: Any, attempts: list[int] | None = None, program: bool = False) -> Any:
         """``make()`` under the limiter, retried per the retry policy; ``attempts`` (a one-item list) gets the count."""
         attempt = 0
         while True:
@@ -178,7 +185,7 @@ class DaytonaTool(BaseTool):
             if attempts is not None:
                 attempts[:] = [attempt]
             try:
-                return await self._limited(make)
+                return await self._limited(make, program)
             except _Infra as exc:
                 if not exc.retryable or attempt >= self.retry.max_attempts:
                     raise
@@ -339,7 +346,9 @@ class DaytonaTool(BaseTool):
         attempts = [0]
         try:
             result = await self._with_retries(
-                lambda: sandbox.code_interpreter.run_code(code, timeout=max(1, round(timeout)), envs=envs), attempts
+                lambda: sandbox.code_interpreter.run_code(code, timeout=max(1, round(timeout)), envs=envs),
+                attempts,
+                program=True,
             )
         except DaytonaTimeoutError:
             metrics.update(status="timeout", had_error=False, attempts=attempts[0])

@@ -24,10 +24,6 @@ _DAYTONA_504 = (
     "gateway 504 too: "
 )
 KNOWN_TOOL_BUGS = {
-    "tool-daytona-real-crash": _DAYTONA_504 + "a 504 on sandbox create escapes tool.create() as an exception",
-    "tool-daytona-real-fault-as-output": _DAYTONA_504
-    + "a 504 on the interpreter is shown as 'Execution timed out after 30 seconds.' without a retry",
-    "tool-daytona-real-leak": _DAYTONA_504 + "a 504 on sandbox delete is not retried and the sandbox is left behind",
     "tool-daytona-real-retry-after": "a Daytona 429 on the interpreter's WebSocket handshake reaches DaytonaTool "
     "without its Retry-After-<throttler> header, so the retry comes after the backoff alone, before the wait asked for",
 }
