@@ -982,9 +982,6 @@ def daytona_ops(kinds: tuple[str, ...] = DAYTONA_FAULTS) -> st.SearchStrategy[Op
         attempt,
         st.sampled_from(kinds),
     )
-    # A 429 on the interpreter's WebSocket handshake loses its Retry-After on the way through the SDK (a known
-    # failure, saved as a regression): left out here so the search looks for new ones.
-    fault = fault.filter(lambda op: not (op["route"] == "daytona.interpreter.execute" and op["kind"] == "429"))
     return st.one_of(
         fault,
         st.builds(lambda r, ms: {"op": "slow", "route": r, "ms": ms}, route, st.integers(1, 3000)),

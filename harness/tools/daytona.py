@@ -165,8 +165,15 @@ class DaytonaTool(BaseTool):
             raise _Infra(f"HTTP {status}" if status is not None else "timeout", None, True) from None
         except DaytonaError as exc:
             status = getattr(exc, "status_code", None)
+            raw_headers = getattr(exc, "headers", None)
+            cause = exc.__cause__
+            if status is None and cause is not None:
+                # A refused WebSocket handshake (the interpreter) comes wrapped without its status and headers: the
+                # SDK keeps aiohttp's WSServerHandshakeError as the cause, which has both.
+                status = getattr(cause, "status", None)
+                raw_headers = raw_headers or getattr(cause, "headers", None)
             outcome = "throttled" if status == 429 else "error"
-            headers = {str(k): str(v) for k, v in (getattr(exc, "headers", None) or {}).items()}
+            headers = {str(k): str(v) for k, v in (raw_headers or {}).items()}
             retryable = status is None or status in self.retry.retry_statuses
             reason = f"HTTP {status}" if status is not None else type(exc).__name__
             raise _Infra(reason, retry_after_seconds(headers), retryable) from None

@@ -17,16 +17,9 @@ from harness.chaos.search import LifoAdapter, LimiterScenario, limiter_ops, limi
 
 SAVED = load_regressions(REGRESSIONS_DIR)
 
-#: Saved schedules that break a shipped tool: real bugs, reported, not yet fixed. Strict: the day the tool is fixed
-#: the replay passes, this test fails, and the entry must go.
-_DAYTONA_504 = (
-    "DaytonaTool takes the SDK's DaytonaTimeoutError for the program's own timeout, but the SDK raises it for a "
-    "gateway 504 too: "
-)
-KNOWN_TOOL_BUGS = {
-    "tool-daytona-real-retry-after": "a Daytona 429 on the interpreter's WebSocket handshake reaches DaytonaTool "
-    "without its Retry-After-<throttler> header, so the retry comes after the backoff alone, before the wait asked for",
-}
+#: The day a listed tool is fixed the replay passes, the strict xfail fails, and the entry must go.
+#: Saved regressions that still break the real implementation (strict xfails, with the reason); none today.
+KNOWN_TOOL_BUGS: dict[str, str] = {}
 
 
 def _case(path: Path, regression: Regression) -> object:
