@@ -169,8 +169,11 @@ class DaytonaTool(BaseTool):
             cause = exc.__cause__
             if status is None and cause is not None:
                 # A refused WebSocket handshake (the interpreter) comes wrapped without its status and headers: the
-                # SDK keeps aiohttp's WSServerHandshakeError as the cause, which has both.
-                status = getattr(cause, "status", None)
+                # SDK keeps aiohttp's WSServerHandshakeError as the cause, which has both. Its 429 and 5xx are the
+                # service's answers; any other refusal is treated like a dropped connection (retried).
+                handshake = getattr(cause, "status", None)
+                if handshake == 429 or (isinstance(handshake, int) and handshake >= 500):
+                    status = handshake
                 raw_headers = raw_headers or getattr(cause, "headers", None)
             outcome = "throttled" if status == 429 else "error"
             headers = {str(k): str(v) for k, v in (raw_headers or {}).items()}

@@ -349,8 +349,8 @@ def test_recovery_from_failing_executions_daytona(
 
 
 #: route, and the reason the observation names. The SDK reports a refused WebSocket handshake as a bare
-#: ``DaytonaError`` without the status, so the interpreter case names the exception, not ``HTTP 503``.
-BUDGET_SPENT = {"create-503": (CREATE, "HTTP 503"), "interpreter-503": (INTERPRETER, "DaytonaError")}
+#: ``DaytonaError``; the tool reads the status from the error's cause, so the interpreter case names ``HTTP 503`` too.
+BUDGET_SPENT = {"create-503": (CREATE, "HTTP 503"), "interpreter-503": (INTERPRETER, "HTTP 503")}
 
 
 @pytest.mark.parametrize(
