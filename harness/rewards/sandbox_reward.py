@@ -1,0 +1,381 @@
+"""A TRL reward function that runs each completion against its task's tests in a code sandbox.
+
+Reward of one completion (as in Daytona's TRL example): -1 for a banned pattern, an empty body, a timeout, an error
+raised by the program or the service, empty stdout or output that is not the harness's JSON; 0 when the task has no
+tests; else the fraction of tests whose answer equals the reference's.
+
+Backends: :class:`DaytonaPool` (sandboxes created up front through the real async Daytona SDK, one completion per
+sandbox at a time) and :class:`FusionBackend` (Sandbox Fusion's ``POST /run_code``). :class:`SandboxReward` wraps
+either as the synchronous ``reward(prompts, completions, **kwargs) -> list[float]`` that TRL's trainers call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import signal
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Protocol
+
+import aiohttp
+
+from harness.rewards.tasks import Task, get_task
+
+#: Reward for anything that is not a clean run of the harness.
+FAILED = -1.0
+
+_FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
+
+
+@dataclass
+class ExecOutcome:
+    """What a backend saw when it ran one program: its stdout, or why it did not finish cleanly."""
+
+    stdout: str = ""
+    error: str | None = None  # the program raised, the service failed, or it timed out
+    timed_out: bool = False
+
+
+class Backend(Protocol):
+    """Something that runs a Python program with a time limit."""
+
+    async def start(self) -> None: ...
+
+    async def run(self, program: str, timeout: float) -> ExecOutcome: ...
+
+    async def close(self) -> None: ...
+
+
+def extract_code(completion: Any) -> str:
+    """The code of a completion: a string or TRL's conversational list of messages; a fenced block if there is one."""
+    if isinstance(completion, list):
+        completion = "".join(str(m.get("content", "")) for m in completion if isinstance(m, dict))
+    text = str(completion)
+    blocks = _FENCE.findall(text)
+    return (blocks[-1] if blocks else text).strip()
+
+
+def build_program(task: Task, code: str) -> str:
+    """The sandbox program: the reference (renamed), the completion, then a loop printing ``{"results": [...]}``."""
+    reference = task.reference.replace(f"def {task.function}(", f"def _reference_{task.function}(")
+    return (
+        f"{reference}\n"
+        f"{code}\n\n"
+        "import json as _json\n"
+        f"_tests = {[repr(t) for t in task.tests]!r}\n"  # literals, evaluated afresh for each call
+        "_results = []\n"
+        "for _args in _tests:\n"
+        f"    _got = {task.function}(*eval(_args))\n"
+        f"    _results.append(bool(_got == _reference_{task.function}(*eval(_args))))\n"
+        'print(_json.dumps({"results": _results}))\n'
+    )
+
+
+def score_output(outcome: ExecOutcome) -> float:
+    """Reward from what the harness printed (its last line), or -1 when the run failed."""
+    if outcome.error is not None or outcome.timed_out or not outcome.stdout.strip():
+        return FAILED
+    try:
+        results = json.loads(outcome.stdout.strip().splitlines()[-1])["results"]
+    except (ValueError, KeyError, TypeError):
+        return FAILED
+    if not isinstance(results, list):
+        return FAILED
+    if not results:
+        return 0.0
+    return sum(1 for r in results if r is True) / len(results)
+
+
+def precheck(task: Task, code: str) -> bool:
+    """Whether the completion may run at all: a body, and none of the task's banned patterns."""
+    return bool(code.strip()) and not any(p in code for p in task.banned)
+
+
+# --------------------------------------------------------------------------------------------------- Daytona
+
+
+@dataclass
+class PoolStats:
+    """What the pool did, for tests and logs."""
+
+    created: int = 0
+    create_failures: int = 0
+    replaced: int = 0
+    deleted: int = 0
+    executions: int = 0
+    infra_failures: int = 0
+    timeouts: int = 0
+
+
+class PoolExhaustedError(RuntimeError):
+    """No sandbox is left (every creation failed)."""
+
+
+class DaytonaPool:
+    """``size`` Daytona sandboxes created concurrently up front; each runs one completion at a time.
+
+    A sandbox whose run timed out, or whose run failed for a reason outside the program (connection, HTTP status),
+    is deleted and replaced by a new one. A completion whose run failed outside the program is retried on another
+    sandbox, up to ``exec_attempts`` runs in all; a program timeout is not retried (it scores -1).
+    """
+
+    def __init__(
+        self,
+        size: int,
+        config: Any = None,
+        *,
+        labels: dict[str, str] | None = None,
+        create_attempts: int = 3,
+        exec_attempts: int = 2,
+        create_timeout: float = 60.0,
+        grace: float = 10.0,
+    ) -> None:
+        if size < 1:
+            raise ValueError(f"pool size must be at least 1, got {size}")
+        self.size = size
+        self.config = config
+        self.labels = labels or {"purpose": "trl-reward"}
+        self.create_attempts = create_attempts
+        self.exec_attempts = exec_attempts
+        self.create_timeout = create_timeout
+        self.grace = grace  # client-side margin over the program's timeout: the SDK has no receive timeout
+        self.stats = PoolStats()
+        self._daytona: Any = None
+        self._free: asyncio.Queue[Any] | None = None
+        self._live: dict[str, Any] = {}
+
+    async def start(self) -> None:
+        from daytona import AsyncDaytona
+
+        self._daytona = AsyncDaytona(self.config) if self.config is not None else AsyncDaytona()
+        self._free = asyncio.Queue()
+        boxes = await asyncio.gather(*(self._create() for _ in range(self.size)))
+        for box in boxes:
+            if box is not None:
+                self._free.put_nowait(box)
+        if not self._live:
+            raise PoolExhaustedError(f"none of the {self.size} sandboxes could be created")
+
+    async def _create(self) -> Any:
+        """A new sandbox, trying ``create_attempts`` times; None when every try failed."""
+        from daytona import CreateSandboxFromSnapshotParams, DaytonaError
+
+        for _ in range(self.create_attempts):
+            try:
+                box = await self._daytona.create(
+                    CreateSandboxFromSnapshotParams(labels=dict(self.labels)), timeout=self.create_timeout
+                )
+            except (DaytonaError, OSError, asyncio.TimeoutError):
+                self.stats.create_failures += 1
+                continue
+            self._live[box.id] = box
+            self.stats.created += 1
+            return box
+        return None
+
+    async def _delete(self, box: Any) -> None:
+        self._live.pop(box.id, None)
+        try:
+            await box.delete()
+            self.stats.deleted += 1
+        except Exception:  # one that cannot be deleted stays listed; close() tries again
+            self._live[box.id] = box
+
+    async def _replace(self, box: Any) -> None:
+        assert self._free is not None
+        await self._delete(box)
+        new = await self._create()
+        self.stats.replaced += 1
+        if new is not None:
+            self._free.put_nowait(new)
+
+    async def _acquire(self) -> Any:
+        assert self._free is not None
+        if not self._live and self._free.empty():
+            raise PoolExhaustedError("every sandbox failed and none could be replaced")
+        return await self._free.get()
+
+    async def run(self, program: str, timeout: float) -> ExecOutcome:
+        from daytona import DaytonaConnectionTimeoutError, DaytonaError, DaytonaTimeoutError
+
+        assert self._free is not None
+        last = ExecOutcome(error="not run")
+        for _ in range(self.exec_attempts):
+            box = await self._acquire()
+            self.stats.executions += 1
+            try:
+                result = await asyncio.wait_for(
+                    box.code_interpreter.run_code(program, timeout=max(1, round(timeout))), timeout + self.grace
+                )
+            except DaytonaTimeoutError as exc:
+                if isinstance(exc, DaytonaConnectionTimeoutError):
+                    last = ExecOutcome(error=f"infra: {exc}")
+                    self.stats.infra_failures += 1
+                    await self._replace(box)
+                    continue
+                self.stats.timeouts += 1
+                await self._replace(box)
+                return ExecOutcome(error="timeout", timed_out=True)
+            except (DaytonaError, OSError, asyncio.TimeoutError) as exc:
+                last = ExecOutcome(error=f"infra: {type(exc).__name__}: {exc}")
+                self.stats.infra_failures += 1
+                await self._replace(box)
+                continue
+            except BaseException:
+                self._free.put_nowait(box)  # cancelled or interrupted: the sandbox is still ours to delete
+                raise
+            self._free.put_nowait(box)
+            error = None if result.error is None else f"{result.error.name}: {result.error.value}"
+            return ExecOutcome(stdout=result.stdout or "", error=error)
+        return last
+
+    async def close(self) -> None:
+        """Delete every sandbox this pool created and still holds, then close the client."""
+        boxes = list(self._live.values())
+        await asyncio.gather(*(self._delete(b) for b in boxes), return_exceptions=True)
+        if self._daytona is not None:
+            await self._daytona.close()
+            self._daytona = None
+
+
+# --------------------------------------------------------------------------------------------------- Fusion
+
+
+@dataclass
+class FusionBackend:
+    """Sandbox Fusion: one ``POST /run_code`` per completion, at most ``concurrency`` at once.
+
+    A request that fails outside the program (connection error, HTTP 5xx or 429) is retried, ``attempts`` in all.
+    """
+
+    url: str  # the full /run_code URL
+    concurrency: int = 8
+    attempts: int = 3
+    grace: float = 10.0
+    _session: aiohttp.ClientSession | None = field(default=None, init=False)
+    _limit: asyncio.Semaphore | None = field(default=None, init=False)
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession()
+        self._limit = asyncio.Semaphore(self.concurrency)
+
+    async def run(self, program: str, timeout: float) -> ExecOutcome:
+        assert self._session is not None and self._limit is not None
+        body = {"code": program, "language": "python", "run_timeout": timeout}
+        last = ExecOutcome(error="not run")
+        async with self._limit:
+            for _ in range(self.attempts):
+                try:
+                    async with self._session.post(
+                        self.url, json=body, timeout=aiohttp.ClientTimeout(total=timeout + self.grace)
+                    ) as resp:
+                        if resp.status == 429 or resp.status >= 500:
+                            last = ExecOutcome(error=f"infra: HTTP {resp.status}")
+                            continue
+                        data = await resp.json(content_type=None)
+                except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+                    last = ExecOutcome(error=f"infra: {type(exc).__name__}")
+                    continue
+                return _fusion_outcome(data)
+        return last
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _fusion_outcome(data: Any) -> ExecOutcome:
+    run = data.get("run_result") if isinstance(data, dict) else None
+    if not isinstance(run, dict):
+        return ExecOutcome(error=f"no run result: {str(data)[:200]}")
+    if run.get("status") == "TimeLimitExceeded":
+        return ExecOutcome(error="timeout", timed_out=True)
+    stdout = str(run.get("stdout") or "")
+    if data.get("status") != "Success" or run.get("return_code") not in (0, None):
+        return ExecOutcome(stdout=stdout, error=str(run.get("stderr") or data.get("message") or "failed")[-500:])
+    return ExecOutcome(stdout=stdout)
+
+
+# --------------------------------------------------------------------------------------------------- reward
+
+
+class SandboxReward:
+    """TRL reward function over a backend; use as a context manager so the sandboxes go away whatever happens.
+
+    ``task`` is the default task; a dataset column named ``task`` (passed by TRL as a keyword list) overrides it per
+    completion. The backend runs on this object's own event loop, so the function can be called from sync code.
+    """
+
+    def __init__(self, backend: Backend, task: str | None = None, timeout: float = 1.0) -> None:
+        self.backend = backend
+        self.task = get_task(task) if task is not None else None
+        self.timeout = timeout
+        self.__name__ = "sandbox_reward"  # TRL names the logged metric after the function
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __enter__(self) -> SandboxReward:
+        self.open()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def open(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        try:
+            self._loop.run_until_complete(self.backend.start())
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Cancel what is still running and release the backend; Ctrl-C is held off until that is done."""
+        loop = self._loop
+        if loop is None:
+            return
+        self._loop = None
+        masked = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if masked else None
+        try:
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for t in pending:
+                t.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(self.backend.close())
+        finally:
+            loop.close()
+            if masked:
+                signal.signal(signal.SIGINT, previous)
+
+    def _task_for(self, i: int, kwargs: dict[str, Any]) -> Task:
+        names = kwargs.get("task")
+        if isinstance(names, Sequence) and not isinstance(names, str) and i < len(names):
+            return get_task(str(names[i]))
+        if self.task is None:
+            raise ValueError("no task: pass task=... to SandboxReward or give the dataset a 'task' column")
+        return self.task
+
+    async def score_all(self, completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        """Rewards for ``completions``, all run concurrently (the backend bounds how many at once)."""
+
+        async def one(i: int, completion: Any) -> float:
+            task = self._task_for(i, kwargs)
+            code = extract_code(completion)
+            if not precheck(task, code):
+                return FAILED
+            return score_output(await self.backend.run(build_program(task, code), self.timeout))
+
+        return list(await asyncio.gather(*(one(i, c) for i, c in enumerate(completions))))
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        if self._loop is None:
+            raise RuntimeError("SandboxReward is not open: use it as a context manager or call open()")
+        return self._loop.run_until_complete(self.score_all(completions, **kwargs))

@@ -1,0 +1,100 @@
+"""The reward itself on scripted solutions, on both backends: good, wrong, banned, raising, looping."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from harness.rewards import SandboxReward, build_program, extract_code, get_task
+
+GOOD_SORT = """```python
+def sort_numbers(nums):
+    out = []
+    for x in nums:
+        i = 0
+        while i < len(out) and out[i] < x:
+            i += 1
+        out.insert(i, x)
+    return out
+```"""
+# Right only when the input is already sorted or has at most one element: 2 of the 5 tests ([], [5]).
+WRONG_SORT = "def sort_numbers(nums):\n    return list(nums)\n"
+BANNED_SORT = "def sort_numbers(nums):\n    return sorted(nums)\n"
+RAISING_SORT = "def sort_numbers(nums):\n    raise ValueError('no')\n"
+LOOPING_SORT = "def sort_numbers(nums):\n    while True:\n        pass\n"
+GOOD_KADANE = (
+    "def max_subarray_sum(nums):\n"
+    "    n = len(nums)\n"
+    "    return max(sum(nums[i:j]) for i in range(n) for j in range(i + 1, n + 1))\n"
+)
+# Sum of the whole list: right on some tests only (the fraction is computed by expected_fraction).
+WRONG_KADANE = "def max_subarray_sum(nums):\n    return sum(nums)\n"
+
+BACKENDS = ["daytona_reward", "fusion_reward"]
+
+
+def expected_fraction(task_name: str, source: str) -> float:
+    """The pass fraction computed here, locally, from the task's own reference: not a hard-coded figure."""
+    task = get_task(task_name)
+    space: dict[str, object] = {}
+    exec(compile(task.reference.replace(f"def {task.function}(", "def _ref("), "ref", "exec"), space)
+    exec(compile(source, "solution", "exec"), space)
+    fn, ref = space[task.function], space["_ref"]
+    passed = sum(1 for args in task.tests if fn(*[list(a) if isinstance(a, list) else a for a in args]) == ref(*args))  # type: ignore[operator]
+    return passed / len(task.tests)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scripted_rewards(backend: str, request: pytest.FixtureRequest) -> None:
+    make: Callable[..., SandboxReward] = request.getfixturevalue(backend)
+    reward = make("sort_numbers", timeout=1.0)
+    completions = [GOOD_SORT, WRONG_SORT, BANNED_SORT, RAISING_SORT, "", "   "]
+    scores = reward(["p"] * len(completions), completions)
+    wrong = expected_fraction("sort_numbers", WRONG_SORT)
+    assert 0 < wrong < 1
+    assert scores == [1.0, wrong, -1.0, -1.0, -1.0, -1.0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_endless_loop_is_minus_one_after_the_timeout(backend: str, request: pytest.FixtureRequest) -> None:
+    make: Callable[..., SandboxReward] = request.getfixturevalue(backend)
+    reward = make("sort_numbers", timeout=1.0)
+    start = time.monotonic()
+    assert reward(["p"], [LOOPING_SORT]) == [-1.0]
+    took = time.monotonic() - start
+    assert 0.9 <= took < 8.0
+    assert reward(["p"], [GOOD_SORT]) == [1.0]  # the pool (or service) still answers afterwards
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_task_column_picks_the_task_per_completion(backend: str, request: pytest.FixtureRequest) -> None:
+    make: Callable[..., SandboxReward] = request.getfixturevalue(backend)
+    reward = make("sort_numbers")
+    scores = reward(
+        ["a", "b", "c"], [GOOD_KADANE, WRONG_KADANE, GOOD_SORT], task=["max_subarray_sum"] * 2 + ["sort_numbers"]
+    )
+    assert scores == [1.0, expected_fraction("max_subarray_sum", WRONG_KADANE), 1.0]
+
+
+def test_references_pass_their_own_tests_locally() -> None:
+    from harness.rewards.tasks import TASKS
+
+    for task in TASKS.values():
+        out: list[str] = []
+        program = build_program(task, task.reference)
+        exec(compile(program, task.name, "exec"), {"print": out.append})
+        assert out and '"results"' in out[-1] and "false" not in out[-1], task.name
+        assert not any(p in task.reference for p in task.banned) or task.name == "sort_numbers"
+
+
+def test_extract_code_from_conversational_completion() -> None:
+    msgs = [{"role": "assistant", "content": "Here:\n```python\nx = 1\n```\nDone."}]
+    assert extract_code(msgs) == "x = 1"
+    assert extract_code("plain code") == "plain code"
+
+
+def test_unknown_task_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="unknown task 'nope'; known tasks: "):
+        get_task("nope")
