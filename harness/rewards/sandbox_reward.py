@@ -327,10 +327,29 @@ class SandboxReward:
     ) -> None:
         self.close()
 
+    def _run(self, coro: Any) -> Any:
+        """Run ``coro`` on this object's loop, with Ctrl-C left as a plain KeyboardInterrupt.
+
+        The Daytona SDK's Socket.IO client (engineio) installs, on the first loop that connects, a SIGINT handler that
+        cancels every task and stops the loop; a Ctrl-C would then surface as a CancelledError or a stopped loop with
+        the sandboxes' deletion cancelled too. Removing that handler keeps Ctrl-C a KeyboardInterrupt, which
+        :meth:`close` handles.
+        """
+        loop = self._loop
+        assert loop is not None
+        main = threading.current_thread() is threading.main_thread()
+        if main:
+            loop.remove_signal_handler(signal.SIGINT)
+        try:
+            return loop.run_until_complete(coro)
+        finally:
+            if main:
+                loop.remove_signal_handler(signal.SIGINT)
+
     def open(self) -> None:
         self._loop = asyncio.new_event_loop()
         try:
-            self._loop.run_until_complete(self.backend.start())
+            self._run(self.backend.start())
         except BaseException:
             self.close()
             raise
@@ -378,4 +397,4 @@ class SandboxReward:
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         if self._loop is None:
             raise RuntimeError("SandboxReward is not open: use it as a context manager or call open()")
-        return self._loop.run_until_complete(self.score_all(completions, **kwargs))
+        return list(self._run(self.score_all(completions, **kwargs)))

@@ -1,0 +1,135 @@
+"""The Daytona pool: created up front and concurrently, each completion run once, nothing left behind, whatever happens.
+
+Decision under test: a run that fails outside the program (HTTP status, dropped connection) replaces its sandbox and
+is retried once on another; a sandbox creation that fails is retried; a program timeout scores -1 and replaces the
+sandbox without a retry.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import Any
+
+import pytest
+
+from emulator.journal import Journal
+from emulator.server import EmulatorServer
+from harness.rewards import DaytonaPool, SandboxReward
+
+EXECUTE = "daytona.interpreter.execute"
+CREATE = "daytona.sandbox.create"
+GOOD = (
+    "def sort_numbers(nums):\n"
+    "    out = []\n"
+    "    for x in nums:\n"
+    "        out = [y for y in out if y < x] + [x] + [y for y in out if y >= x]\n"
+    "    return out\n"
+)
+LOOP = "def sort_numbers(nums):\n    while True:\n        pass\n"
+
+
+def _pool_reward(config: Any, size: int = 4, timeout: float = 1.0) -> SandboxReward:
+    return SandboxReward(DaytonaPool(size, config), "sort_numbers", timeout=timeout)
+
+
+def test_every_completion_runs_once_in_a_pool_created_up_front(
+    daytona_config: Any, sandbox_emulator: EmulatorServer, emulator_journal: Journal
+) -> None:
+    completions = [GOOD] * 10 + ["def sort_numbers(nums):\n    return sorted(nums)\n"]  # the last is banned: not run
+    with _pool_reward(daytona_config, size=4) as reward:
+        assert reward(["p"] * len(completions), completions) == [1.0] * 10 + [-1.0]
+        pool = reward.backend
+        assert isinstance(pool, DaytonaPool)
+        assert pool.stats.executions == 10
+    creates = emulator_journal.entries(CREATE)
+    runs = emulator_journal.entries(EXECUTE)
+    assert len(creates) == 4 and len(runs) == 10
+    assert all(e.outcome == "ok" for e in runs)
+    assert max(c.started for c in creates) < min(r.started for r in runs)  # all created before the first run
+    assert emulator_journal.max_in_flight(CREATE) > 1  # concurrently
+    assert emulator_journal.max_in_flight(EXECUTE) <= 4  # one completion per sandbox at a time
+    assert sandbox_emulator.emulator.daytona_report().leaked == []
+
+
+def test_sandboxes_are_deleted_when_the_reward_raises_midway(
+    daytona_config: Any, sandbox_emulator: EmulatorServer, emulator_journal: Journal
+) -> None:
+    with pytest.raises(ValueError, match="unknown task 'nope'"), _pool_reward(daytona_config) as reward:
+        assert reward(["p"], [GOOD]) == [1.0]
+        reward(["p"] * 3, [GOOD, GOOD, GOOD], task=["sort_numbers", "nope", "sort_numbers"])
+    report = sandbox_emulator.emulator.daytona_report()
+    assert len(report.sandboxes) == 4 and report.leaked == []
+
+
+def test_sandboxes_are_deleted_on_ctrl_c(
+    daytona_config: Any, sandbox_emulator: EmulatorServer, emulator_journal: Journal
+) -> None:
+    def interrupt_once_running() -> None:
+        """Ctrl-C as soon as a completion is running in a sandbox (polled: the journal has no event to wait on)."""
+        deadline = threading.Event()
+        for _ in range(1000):
+            if emulator_journal.in_flight(EXECUTE) >= 1:
+                break
+            deadline.wait(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    reward = SandboxReward(DaytonaPool(3, daytona_config), "sort_numbers", timeout=5.0)
+    with pytest.raises(KeyboardInterrupt), reward:
+        threading.Thread(target=interrupt_once_running, daemon=True).start()
+        reward(["p"] * 3, [LOOP] * 3)  # 5 s each: interrupted long before
+    assert len(emulator_journal.entries(EXECUTE)) >= 1
+    report = sandbox_emulator.emulator.daytona_report()
+    assert len(report.sandboxes) == 3 and report.leaked == []
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # close() gave Ctrl-C back
+
+
+def test_timed_out_sandbox_is_replaced(daytona_config: Any, sandbox_emulator: EmulatorServer) -> None:
+    with _pool_reward(daytona_config, size=2) as reward:
+        assert reward(["p"] * 2, [LOOP, GOOD]) == [-1.0, 1.0]
+        pool = reward.backend
+        assert isinstance(pool, DaytonaPool)
+        assert (pool.stats.timeouts, pool.stats.replaced, pool.stats.created) == (1, 1, 3)
+        assert reward(["p"] * 2, [GOOD, GOOD]) == [1.0, 1.0]
+    assert sandbox_emulator.emulator.daytona_report().leaked == []
+
+
+FAULTS = {
+    "rules": [
+        {"route": CREATE, "requests": "2-3", "fault": 503},
+        {"route": EXECUTE, "requests": "3-4", "fault": 503},
+    ]
+}
+
+
+@pytest.mark.faults(FAULTS)
+def test_failed_creations_and_runs_are_retried_and_nothing_leaks(
+    daytona_config: Any, sandbox_emulator: EmulatorServer, emulator_journal: Journal
+) -> None:
+    with _pool_reward(daytona_config, size=4) as reward:
+        scores = reward(["p"] * 8, [GOOD] * 8)
+        pool = reward.backend
+        assert isinstance(pool, DaytonaPool)
+        stats = pool.stats
+    assert scores == [1.0] * 8  # each failed run was retried on a replacement sandbox
+    runs = emulator_journal.entries(EXECUTE)
+    failed = [r for r in runs if r.fault is not None]
+    assert len(failed) == 2 and len(runs) == 8 + 2
+    assert stats.create_failures == 2 and stats.infra_failures == 2 and stats.replaced == 2
+    creates = emulator_journal.entries(CREATE)
+    assert len(creates) == 4 + 2 + 2  # up front (with 2 retries), then 2 replacements
+    assert sandbox_emulator.emulator.daytona_report().leaked == []
+
+
+@pytest.mark.faults({"rules": [{"route": EXECUTE, "fault": 503}]})
+def test_runs_that_keep_failing_score_minus_one(daytona_config: Any, sandbox_emulator: EmulatorServer) -> None:
+    with _pool_reward(daytona_config, size=2) as reward:
+        assert reward(["p"] * 3, [GOOD] * 3) == [-1.0] * 3
+    assert sandbox_emulator.emulator.daytona_report().leaked == []
+
+
+@pytest.mark.faults({"rules": [{"route": CREATE, "fault": 503}]})
+def test_a_pool_that_cannot_be_created_is_a_clear_error(daytona_config: Any, sandbox_emulator: EmulatorServer) -> None:
+    with pytest.raises(RuntimeError, match="none of the 2 sandboxes could be created"), _pool_reward(daytona_config, 2):
+        pass
