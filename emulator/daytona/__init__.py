@@ -4,7 +4,7 @@ Built from ``shared/research/daytona.md`` (daytona SDK 0.226.1) so that the unmo
 """
 
 from .config import DEFAULT_API_KEY, TIERS, DaytonaConfig, Quotas, ThrottlerSpec, tier_quotas, tier_throttlers
-from .report import SandboxRecord, SandboxReport, sandbox_report
+from .report import SandboxRecord, SandboxReport, code_digest, interpreter_runs, sandbox_report
 
 __all__ = [
     "DEFAULT_API_KEY",
@@ -14,6 +14,8 @@ __all__ = [
     "SandboxRecord",
     "SandboxReport",
     "ThrottlerSpec",
+    "code_digest",
+    "interpreter_runs",
     "sandbox_report",
     "tier_quotas",
     "tier_throttlers",

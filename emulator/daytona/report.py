@@ -1,4 +1,5 @@
-"""What the journal says about sandboxes: which leaked (never deleted), who created them, how many lived at once.
+"""What the journal says about sandboxes: which leaked (never deleted), who created them, how many lived at once,
+and which programs the interpreter ran.
 
 Creates and deletes are journaled with ``detail["sandbox_id"]`` and ``detail["labels"]``, so the report works on any
 journal (in process, or the list ``GET /_emulator/journal`` answers) without asking the service.
@@ -6,6 +7,8 @@ journal (in process, or the list ``GET /_emulator/journal`` answers) without ask
 
 from __future__ import annotations
 
+import hashlib
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +17,7 @@ from emulator.journal import JournalEntry
 
 CREATE = "daytona.sandbox.create"
 DELETE = "daytona.sandbox.delete"
+INTERPRETER = "daytona.interpreter.execute"
 
 
 @dataclass(frozen=True)
@@ -99,3 +103,24 @@ def sandbox_report(entries: Iterable[JournalEntry | Mapping[str, Any]]) -> Sandb
             if record.deleted is None:
                 created[sandbox_id] = SandboxRecord(record.id, record.labels, record.created, when)
     return SandboxReport(sorted(created.values(), key=lambda s: s.created))
+
+
+def code_digest(code: str) -> str:
+    """Short fingerprint of a program, as interpreter entries record it in ``detail["code_digest"]``."""
+    return hashlib.blake2b(code.encode(), digest_size=8).hexdigest()
+
+
+def interpreter_runs(entries: Iterable[JournalEntry | Mapping[str, Any]]) -> Counter[str]:
+    """How many times each program (by :func:`code_digest`) ran in the interpreter, to its end or to its time limit.
+
+    Injected faults, refused handshakes and runs cut off by the client are not counted, so "every completion ran
+    exactly once" is a comparison of two counters.
+    """
+    runs: Counter[str] = Counter()
+    for entry in entries:
+        if _get(entry, "route") != INTERPRETER or _get(entry, "outcome") not in ("ok", "timeout"):
+            continue
+        digest = (_get(entry, "detail") or {}).get("code_digest")
+        if digest:
+            runs[digest] += 1
+    return runs

@@ -27,6 +27,7 @@ from .config import AUTHENTICATED, SANDBOX_CREATE, SANDBOX_LIFECYCLE, DaytonaCon
 from .errors import ApiError, api_error, daemon_error, json_response, now_iso
 from .files import file_info, multipart_body, parse_multipart, read_file, resolve, write_file
 from .interpreter import Context, Interpreters, InterpreterSettings, InterpreterTimeout
+from .report import code_digest
 from .sandboxes import Sandbox, SandboxStore
 from .throttle import Throttlers, Verdict
 from .toolbox import CommandTimeout, Toolbox, delete_path
@@ -522,6 +523,9 @@ class DaytonaService:
         if not isinstance(code, str):
             await websocket.close(1003, "code is required")
             return "invalid"
+        entry = current_entry()
+        if entry is not None:  # which program ran: a pool's "each completion once" is checked against this
+            entry.detail["code_digest"] = code_digest(code)
         context_id = request.get("contextId")
         context: Context | None
         if isinstance(context_id, str) and context_id and context_id != "default":

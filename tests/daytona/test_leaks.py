@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 
 import httpx
-from daytona import AsyncDaytona, CreateSandboxFromSnapshotParams, DaytonaConfig
+from daytona import AsyncDaytona, CreateSandboxFromSnapshotParams, DaytonaConfig, DaytonaError
 
-from emulator.daytona import sandbox_report
+from emulator.daytona import code_digest, interpreter_runs, sandbox_report
 from emulator.server import EmulatorServer
 
 
@@ -48,3 +49,29 @@ def test_no_leak_when_everything_is_deleted(api_url: str, api_key: str, server: 
     asyncio.run(tidy())
     assert server.emulator.daytona_report().leaked == []
     assert server.emulator.daytona_report().describe("instance_id") == "no leaked sandboxes"
+
+
+def test_interpreter_runs_count_each_program_that_ran(api_url: str, api_key: str, server: EmulatorServer) -> None:
+    """A refused handshake is not a run; a run cut by its time limit is; identical programs share one digest."""
+    server.emulator.set_faults({"rules": [{"route": "daytona.interpreter.execute", "requests": "2", "fault": 503}]})
+    ok, loop = "print(1)", "while True:\n    pass"
+
+    async def runs() -> list[str]:
+        async with AsyncDaytona(DaytonaConfig(api_url=api_url, api_key=api_key)) as daytona:
+            box = await daytona.create()
+            seen = []
+            for code in (ok, ok, ok, loop):  # the second is refused with a 503
+                try:
+                    result = await box.code_interpreter.run_code(code, timeout=1)
+                    seen.append(result.stdout)
+                except DaytonaError as exc:
+                    seen.append(type(exc).__name__)
+            await box.delete()
+            return seen
+
+    seen = asyncio.run(runs())
+    assert seen[0] == seen[2] == "1\n" and seen[1] != "1\n" and seen[3] == "DaytonaTimeoutError"
+    entries = server.emulator.journal.entries("daytona.interpreter.execute")
+    assert interpreter_runs(entries) == Counter({code_digest(ok): 2, code_digest(loop): 1})
+    wire = httpx.get(server.url + "/_emulator/journal", params={"route": "daytona.interpreter"}).json()
+    assert interpreter_runs(wire) == interpreter_runs(entries)
