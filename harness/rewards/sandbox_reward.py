@@ -16,6 +16,7 @@ import json
 import re
 import signal
 import threading
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -109,6 +110,7 @@ class PoolStats:
     executions: int = 0
     infra_failures: int = 0
     timeouts: int = 0
+    orphans_deleted: int = 0  # made by a creation whose answer was lost, found by label and deleted
 
 
 class PoolExhaustedError(RuntimeError):
@@ -121,6 +123,10 @@ class DaytonaPool:
     A sandbox whose run timed out, or whose run failed for a reason outside the program (connection, HTTP status),
     is deleted and replaced by a new one. A completion whose run failed outside the program is retried on another
     sandbox, up to ``exec_attempts`` runs in all; a program timeout is not retried (it scores -1).
+
+    Every sandbox carries the label ``pool=<id>`` unique to this pool. A creation whose answer was lost (a dropped
+    connection, a cut body) may still have made a sandbox; after the up-front creation and on close, the pool lists
+    its label and deletes every sandbox it holds no handle to, so none is left behind.
     """
 
     def __init__(
@@ -138,7 +144,8 @@ class DaytonaPool:
             raise ValueError(f"pool size must be at least 1, got {size}")
         self.size = size
         self.config = config
-        self.labels = labels or {"purpose": "trl-reward"}
+        self.pool_id = uuid.uuid4().hex[:12]
+        self.labels = {**(labels or {"purpose": "trl-reward"}), "pool": self.pool_id}
         self.create_attempts = create_attempts
         self.exec_attempts = exec_attempts
         self.create_timeout = create_timeout
@@ -157,6 +164,8 @@ class DaytonaPool:
         for box in boxes:
             if box is not None:
                 self._free.put_nowait(box)
+        if self.stats.create_failures:
+            await self._sweep()
         if not self._live:
             raise PoolExhaustedError(f"none of the {self.size} sandboxes could be created")
 
@@ -176,6 +185,21 @@ class DaytonaPool:
             self.stats.created += 1
             return box
         return None
+
+    async def _sweep(self) -> None:
+        """Delete the sandboxes labelled as this pool's that it holds no handle to (best effort)."""
+        from daytona import ListSandboxesQuery
+
+        try:
+            found = [b async for b in self._daytona.list(ListSandboxesQuery(labels={"pool": self.pool_id}))]
+        except Exception:  # listing failed: close() tries again
+            return
+        for box in found:
+            if box.id not in self._live:
+                self._live[box.id] = box
+                before = self.stats.deleted
+                await self._delete(box)
+                self.stats.orphans_deleted += self.stats.deleted - before
 
     async def _delete(self, box: Any) -> None:
         self._live.pop(box.id, None)
@@ -237,6 +261,8 @@ class DaytonaPool:
         """Delete every sandbox this pool created and still holds, then close the client."""
         boxes = list(self._live.values())
         await asyncio.gather(*(self._delete(b) for b in boxes), return_exceptions=True)
+        if self._daytona is not None and self.stats.create_failures:
+            await self._sweep()
         if self._daytona is not None:
             await self._daytona.close()
             self._daytona = None

@@ -135,3 +135,18 @@ def test_runs_that_keep_failing_score_minus_one(daytona_config: Any, sandbox_emu
 def test_a_pool_that_cannot_be_created_is_a_clear_error(daytona_config: Any, sandbox_emulator: EmulatorServer) -> None:
     with pytest.raises(RuntimeError, match="none of the 2 sandboxes could be created"), _pool_reward(daytona_config, 2):
         pass
+
+
+#: Creations 2 and 3 make their sandbox, then the answer is cut short: the SDK sees an error, the sandbox exists.
+@pytest.mark.faults({"rules": [{"route": CREATE, "requests": "2-3", "fault": "truncate"}]})
+def test_sandboxes_made_by_creations_whose_answer_was_lost_are_deleted(
+    daytona_config: Any, sandbox_emulator: EmulatorServer, emulator_journal: Journal
+) -> None:
+    with _pool_reward(daytona_config, size=3) as reward:
+        pool = reward.backend
+        assert isinstance(pool, DaytonaPool)
+        assert pool.stats.create_failures == 2 and pool.stats.orphans_deleted == 2  # swept once the pool was up
+        assert reward(["p"] * 3, [GOOD] * 3) == [1.0] * 3
+    report = sandbox_emulator.emulator.daytona_report()
+    assert len(report.sandboxes) == 5 and report.leaked == []
+    assert all(s.labels["pool"] == pool.pool_id for s in report.sandboxes)

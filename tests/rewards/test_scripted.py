@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any, cast
 
 import pytest
 
@@ -41,8 +42,9 @@ def expected_fraction(task_name: str, source: str) -> float:
     space: dict[str, object] = {}
     exec(compile(task.reference.replace(f"def {task.function}(", "def _ref("), "ref", "exec"), space)
     exec(compile(source, "solution", "exec"), space)
-    fn, ref = space[task.function], space["_ref"]
-    passed = sum(1 for args in task.tests if fn(*[list(a) if isinstance(a, list) else a for a in args]) == ref(*args))  # type: ignore[operator]
+    fn = cast(Callable[..., Any], space[task.function])
+    ref = cast(Callable[..., Any], space["_ref"])
+    passed = sum(1 for args in task.tests if fn(*[list(a) if isinstance(a, list) else a for a in args]) == ref(*args))
     return passed / len(task.tests)
 
 
