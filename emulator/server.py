@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any
 
@@ -22,6 +23,19 @@ from emulator.app import Emulator
 from emulator.transport import DEFAULT_PROTOCOL
 
 LOOPBACK = "127.0.0.1"
+
+
+@contextlib.contextmanager
+def quiet_reset_log() -> Iterator[None]:
+    """Silence uvicorn's error log for a while: an injected reset is an ASGI app that never answers, which uvicorn
+    logs as an error each time. Expected under a fault plan, and noise on a job's console."""
+    server_log = logging.getLogger("uvicorn.error")
+    level = server_log.level
+    server_log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        server_log.setLevel(level)
 
 
 def _event_loop_name() -> str:

@@ -127,9 +127,15 @@ _EXTRA_COMMANDS = {
     "bench-modes": ("harness.bench.modes", "rollout wall time: batch-synchronous against asynchronous tool calls"),
     "record": ("harness.reference.record", "record the reference suite's answers from a real service"),
     "check-reference": ("harness.reference.check", "compare the emulator (or a live service) with the recordings"),
+    "grpo": ("harness.rewards.command", "a GRPO run on CPU (TRL, a tiny model) with rewards from a Daytona pool"),
 }
 #: The extra each of those commands needs, for the message when it is missing.
-_EXTRA_OF = {"bench": "bench,daytona", "record": "dev,daytona", "check-reference": "dev,daytona"}
+_EXTRA_OF = {
+    "bench": "bench,daytona",
+    "record": "dev,daytona",
+    "check-reference": "dev,daytona",
+    "grpo": "trl,daytona",
+}
 
 
 def _register_extra(sub: argparse._SubParsersAction[argparse.ArgumentParser], command: str, load: bool) -> None:
@@ -154,7 +160,7 @@ def _register_extra(sub: argparse._SubParsersAction[argparse.ArgumentParser], co
     def explain(args: argparse.Namespace) -> int:
         print(
             f"sandbox-emulator {command}: needs the [{extra}] extra ({missing} is not installed); install it with: "
-            + ("pip install torch==2.13.0 && " if extra == "verl" else "")
+            + ("pip install torch==2.13.0 && " if extra in ("verl", "trl,daytona") else "")
             + f"pip install 'sandbox-emulator[{extra}]'",
             file=sys.stderr,
         )

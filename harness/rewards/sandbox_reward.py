@@ -111,6 +111,7 @@ class PoolStats:
     infra_failures: int = 0
     timeouts: int = 0
     orphans_deleted: int = 0  # made by a creation whose answer was lost, found by label and deleted
+    gave_up: int = 0  # completions scored -1 because every run failed outside the program
 
 
 class PoolExhaustedError(RuntimeError):
@@ -124,6 +125,11 @@ class DaytonaPool:
     is deleted and replaced by a new one. A completion whose run failed outside the program is retried on another
     sandbox, up to ``exec_attempts`` runs in all; a program timeout is not retried (it scores -1).
 
+    Each completion runs in a fresh interpreter context, deleted afterwards: the default context keeps globals
+    between runs, so a completion that defines nothing would otherwise be scored with the function an earlier
+    completion left in that sandbox. ``fresh_context=False`` runs in the default context, as Daytona's TRL example
+    does, saving two requests per completion.
+
     Every sandbox carries the label ``pool=<id>`` unique to this pool. A creation whose answer was lost (a dropped
     connection, a cut body) may still have made a sandbox; after the up-front creation and on close, the pool lists
     its label and deletes every sandbox it holds no handle to, so none is left behind.
@@ -136,9 +142,11 @@ class DaytonaPool:
         *,
         labels: dict[str, str] | None = None,
         create_attempts: int = 3,
-        exec_attempts: int = 2,
+        exec_attempts: int = 3,
+        delete_attempts: int = 3,
         create_timeout: float = 60.0,
         grace: float = 10.0,
+        fresh_context: bool = True,
     ) -> None:
         if size < 1:
             raise ValueError(f"pool size must be at least 1, got {size}")
@@ -148,8 +156,10 @@ class DaytonaPool:
         self.labels = {**(labels or {"purpose": "trl-reward"}), "pool": self.pool_id}
         self.create_attempts = create_attempts
         self.exec_attempts = exec_attempts
+        self.delete_attempts = delete_attempts
         self.create_timeout = create_timeout
         self.grace = grace  # client-side margin over the program's timeout: the SDK has no receive timeout
+        self.fresh_context = fresh_context
         self.stats = PoolStats()
         self._daytona: Any = None
         self._free: asyncio.Queue[Any] | None = None
@@ -186,28 +196,41 @@ class DaytonaPool:
             return box
         return None
 
-    async def _sweep(self) -> None:
-        """Delete the sandboxes labelled as this pool's that it holds no handle to (best effort)."""
+    async def _sweep(self, *, closing: bool = False) -> None:
+        """Delete the sandboxes labelled as this pool's that it holds no handle to (best effort); when ``closing``,
+        every one still listed, so a delete whose answer was lost or that failed gets one more try."""
         from daytona import ListSandboxesQuery
 
         try:
             found = [b async for b in self._daytona.list(ListSandboxesQuery(labels={"pool": self.pool_id}))]
-        except Exception:  # listing failed: close() tries again
+        except Exception:  # listing failed: nothing more to do here
             return
         for box in found:
-            if box.id not in self._live:
-                self._live[box.id] = box
-                before = self.stats.deleted
-                await self._delete(box)
+            if "destroy" in str(getattr(box, "state", "")).lower():
+                continue  # on its way out already
+            held = box.id in self._live
+            if held and not closing:
+                continue
+            before = self.stats.deleted
+            await self._delete(box)
+            if not held:
                 self.stats.orphans_deleted += self.stats.deleted - before
 
     async def _delete(self, box: Any) -> None:
+        """Delete ``box``, ``delete_attempts`` tries; a 404 means it is gone already (an earlier answer was lost)."""
+        from daytona import DaytonaNotFoundError
+
         self._live.pop(box.id, None)
-        try:
-            await box.delete()
+        for _ in range(self.delete_attempts):
+            try:
+                await box.delete()
+            except DaytonaNotFoundError:
+                pass
+            except Exception:
+                continue
             self.stats.deleted += 1
-        except Exception:  # one that cannot be deleted stays listed; close() tries again
-            self._live[box.id] = box
+            return
+        self._live[box.id] = box  # still listed: close() tries again
 
     async def _replace(self, box: Any) -> None:
         assert self._free is not None
@@ -231,10 +254,9 @@ class DaytonaPool:
         for _ in range(self.exec_attempts):
             box = await self._acquire()
             self.stats.executions += 1
+            dirty: list[bool] = []  # set when the run's context could not be deleted
             try:
-                result = await asyncio.wait_for(
-                    box.code_interpreter.run_code(program, timeout=max(1, round(timeout))), timeout + self.grace
-                )
+                result = await asyncio.wait_for(self._run_in(box, program, timeout, dirty), timeout + self.grace)
             except DaytonaTimeoutError as exc:
                 if isinstance(exc, DaytonaConnectionTimeoutError):
                     last = ExecOutcome(error=f"infra: {exc}")
@@ -252,18 +274,37 @@ class DaytonaPool:
             except BaseException:
                 self._free.put_nowait(box)  # cancelled or interrupted: the sandbox is still ours to delete
                 raise
-            self._free.put_nowait(box)
+            if dirty:  # the result stands (the program ran); the sandbox with a stray context does not
+                await self._replace(box)
+            else:
+                self._free.put_nowait(box)
             error = None if result.error is None else f"{result.error.name}: {result.error.value}"
             return ExecOutcome(stdout=result.stdout or "", error=error)
+        self.stats.gave_up += 1
         return last
+
+    async def _run_in(self, box: Any, program: str, timeout: float, dirty: list[bool]) -> Any:
+        """Run ``program`` in ``box``: in a context of its own (created, then deleted) unless ``fresh_context`` is
+        off. A failure to delete that context marks ``dirty`` rather than raising, so the completion is not run
+        again."""
+        interpreter = box.code_interpreter
+        seconds = max(1, round(timeout))
+        if not self.fresh_context:
+            return await interpreter.run_code(program, timeout=seconds)
+        context = await interpreter.create_context()
+        result = await interpreter.run_code(program, context=context, timeout=seconds)
+        try:
+            await interpreter.delete_context(context)
+        except Exception:
+            dirty.append(True)
+        return result
 
     async def close(self) -> None:
         """Delete every sandbox this pool created and still holds, then close the client."""
         boxes = list(self._live.values())
         await asyncio.gather(*(self._delete(b) for b in boxes), return_exceptions=True)
-        if self._daytona is not None and self.stats.create_failures:
-            await self._sweep()
         if self._daytona is not None:
+            await self._sweep(closing=True)  # one list request: anything left with our label goes now
             await self._daytona.close()
             self._daytona = None
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-import logging
 import random
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,7 +23,7 @@ import yaml
 
 from emulator.app import Emulator
 from emulator.faults import load_plan
-from emulator.server import EmulatorServer
+from emulator.server import EmulatorServer, quiet_reset_log
 from harness.gsm8k.data import BUNDLED_PROBLEMS, Problem, load_problems, prompt_messages
 from harness.gsm8k.policy import ScriptedGSM8KPolicy, choose_variant, final_turn, run_offline
 from harness.rollout.dump import build_entries, decode_sample, write_step
@@ -321,18 +320,6 @@ def _leaked(emulator: Emulator, backend: str) -> int | None:
     return len(emulator.daytona_report().leaked)
 
 
-@contextlib.contextmanager
-def _quiet_server_log() -> Iterator[None]:
-    """An injected reset is an ASGI app that never answers: uvicorn logs each as an error. Expected here."""
-    server_log = logging.getLogger("uvicorn.error")
-    level = server_log.level
-    server_log.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        server_log.setLevel(level)
-
-
 def _run_virtual(
     options: RolloutOptions, config: Any, plan: Any, problems: list[Problem], progress: Progress | None
 ) -> tuple[Emulator, tuple[list[Trajectory], int, float]]:
@@ -343,7 +330,7 @@ def _run_virtual(
 
     async def main() -> tuple[Emulator, tuple[list[Trajectory], int, float]]:
         async with in_loop_emulator(plan, config=config) as server:
-            with _quiet_server_log():
+            with quiet_reset_log():
                 return server.emulator, await _run_async(options, server, problems, progress)
 
     virtual = VirtualTime()
@@ -370,7 +357,7 @@ def run_rollout(options: RolloutOptions, progress: Progress | None = None) -> Ro
     else:
         emulator = Emulator(config, faults=plan)
         server = EmulatorServer(emulator)  # (uvicorn sets its loggers' levels here, so quiet them after)
-        with _quiet_server_log(), server:
+        with quiet_reset_log(), server:
             trajectories, waits, rollout_s = asyncio.run(_run_async(options, server, problems, progress))
     wall = time.monotonic() - started
     trajectories.sort(key=lambda t: t.index)

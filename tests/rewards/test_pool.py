@@ -150,3 +150,17 @@ def test_sandboxes_made_by_creations_whose_answer_was_lost_are_deleted(
     report = sandbox_emulator.emulator.daytona_report()
     assert len(report.sandboxes) == 5 and report.leaked == []
     assert all(s.labels["pool"] == pool.pool_id for s in report.sandboxes)
+
+
+@pytest.mark.parametrize(("fresh_context", "second"), [(True, -1.0), (False, 1.0)])
+def test_a_completion_cannot_borrow_the_function_an_earlier_one_defined(
+    daytona_config: Any, sandbox_emulator: EmulatorServer, fresh_context: bool, second: float
+) -> None:
+    """One sandbox, two completions in turn; the second defines nothing. The default context keeps globals, so
+    without a fresh context the second is scored with the first one's function (Daytona's TRL example does that)."""
+    nothing = "x = 1\n"
+    reward = SandboxReward(DaytonaPool(1, daytona_config, fresh_context=fresh_context), "sort_numbers", timeout=2.0)
+    with reward:
+        assert reward(["p"], [GOOD]) == [1.0]
+        assert reward(["p"], [nothing]) == [second]
+    assert sandbox_emulator.emulator.daytona_report().leaked == []

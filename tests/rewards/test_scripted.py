@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, cast
 
 import pytest
 
@@ -30,31 +29,21 @@ GOOD_KADANE = (
     "    n = len(nums)\n"
     "    return max(sum(nums[i:j]) for i in range(n) for j in range(i + 1, n + 1))\n"
 )
-# Sum of the whole list: right on some tests only (the fraction is computed by expected_fraction).
+# Sum of the whole list: right on some tests only (the fraction is computed by the pass_fraction fixture).
 WRONG_KADANE = "def max_subarray_sum(nums):\n    return sum(nums)\n"
 
 BACKENDS = ["daytona_reward", "fusion_reward"]
 
 
-def expected_fraction(task_name: str, source: str) -> float:
-    """The pass fraction computed here, locally, from the task's own reference: not a hard-coded figure."""
-    task = get_task(task_name)
-    space: dict[str, object] = {}
-    exec(compile(task.reference.replace(f"def {task.function}(", "def _ref("), "ref", "exec"), space)
-    exec(compile(source, "solution", "exec"), space)
-    fn = cast(Callable[..., Any], space[task.function])
-    ref = cast(Callable[..., Any], space["_ref"])
-    passed = sum(1 for args in task.tests if fn(*[list(a) if isinstance(a, list) else a for a in args]) == ref(*args))
-    return passed / len(task.tests)
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_scripted_rewards(backend: str, request: pytest.FixtureRequest) -> None:
+def test_scripted_rewards(
+    backend: str, request: pytest.FixtureRequest, pass_fraction: Callable[[str, str], float]
+) -> None:
     make: Callable[..., SandboxReward] = request.getfixturevalue(backend)
     reward = make("sort_numbers", timeout=1.0)
     completions = [GOOD_SORT, WRONG_SORT, BANNED_SORT, RAISING_SORT, "", "   "]
     scores = reward(["p"] * len(completions), completions)
-    wrong = expected_fraction("sort_numbers", WRONG_SORT)
+    wrong = pass_fraction("sort_numbers", WRONG_SORT)
     assert 0 < wrong < 1
     assert scores == [1.0, wrong, -1.0, -1.0, -1.0, -1.0]
 
@@ -71,13 +60,15 @@ def test_endless_loop_is_minus_one_after_the_timeout(backend: str, request: pyte
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_task_column_picks_the_task_per_completion(backend: str, request: pytest.FixtureRequest) -> None:
+def test_task_column_picks_the_task_per_completion(
+    backend: str, request: pytest.FixtureRequest, pass_fraction: Callable[[str, str], float]
+) -> None:
     make: Callable[..., SandboxReward] = request.getfixturevalue(backend)
     reward = make("sort_numbers")
     scores = reward(
         ["a", "b", "c"], [GOOD_KADANE, WRONG_KADANE, GOOD_SORT], task=["max_subarray_sum"] * 2 + ["sort_numbers"]
     )
-    assert scores == [1.0, expected_fraction("max_subarray_sum", WRONG_KADANE), 1.0]
+    assert scores == [1.0, pass_fraction("max_subarray_sum", WRONG_KADANE), 1.0]
 
 
 def test_references_pass_their_own_tests_locally() -> None:

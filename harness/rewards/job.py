@@ -1,0 +1,178 @@
+"""The GRPO job: the tiny CPU GRPO run with its rewards from a Daytona pool, on the embedded emulator or a real
+Daytona, and the figures that say whether the rewards were right and the sandboxes were cleaned up."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from statistics import fmean
+from typing import Any
+
+from harness.rewards.grpo import GRPOOutcome, GRPOSettings, RecordingReward, train_grpo
+from harness.rewards.sandbox_reward import (
+    DaytonaPool,
+    PoolExhaustedError,
+    PoolStats,
+    SandboxReward,
+    build_program,
+    extract_code,
+    precheck,
+)
+from harness.rewards.tasks import get_task
+
+#: Called after each training step with (step, steps, that step's log entry).
+StepProgress = Callable[[int, int, dict[str, Any]], None]
+
+
+class GRPOJobError(RuntimeError):
+    """Bad options or a pool that could not be made: a message for the user, not a traceback."""
+
+
+@dataclass(frozen=True)
+class GRPOJobOptions:
+    settings: GRPOSettings = field(default_factory=GRPOSettings)
+    pool_size: int = 8
+    timeout: float = 1.0
+    faults: Any = None  # profile name, plan file or mapping; embedded emulator only
+    fresh_context: bool = True
+    api_url: str | None = None  # a real Daytona; None: the embedded emulator
+    api_key: str | None = None
+
+
+@dataclass
+class GRPOJobResult:
+    options: GRPOJobOptions
+    outcome: GRPOOutcome
+    recorder: RecordingReward
+    pool: PoolStats
+    wall_s: float
+    train_s: float
+    sandboxes_left: list[str] | None = None  # embedded emulator only
+    runs_per_program: Counter[str] | None = None  # embedded emulator only: from its journal
+    expected_runs: Counter[str] = field(default_factory=Counter)
+    faults_injected: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def completions(self) -> int:
+        return sum(len(call.rewards) for call in self.recorder.calls)
+
+    @property
+    def mean_reward(self) -> float:
+        rewards = [r for call in self.recorder.calls for r in call.rewards]
+        return fmean(rewards) if rewards else float("nan")
+
+    @property
+    def each_ran_once(self) -> bool | None:
+        """Whether the journal shows each completion that passed the pre-check run exactly once (None: not known)."""
+        return None if self.runs_per_program is None else self.runs_per_program == self.expected_runs
+
+    @property
+    def never_ran(self) -> int:
+        """Completions the journal shows no run for (the pool gave up on them after every try failed)."""
+        return 0 if self.runs_per_program is None else (self.expected_runs - self.runs_per_program).total()
+
+    @property
+    def ran_again(self) -> int:
+        """Runs beyond one per completion: a completion scored twice (0 unless something is wrong)."""
+        return 0 if self.runs_per_program is None else (self.runs_per_program - self.expected_runs).total()
+
+    @property
+    def ok(self) -> bool:
+        """No completion ran twice, each one that never ran is one the pool gave up on, and no sandbox is left."""
+        accounted = self.runs_per_program is None or self.never_ran == self.pool.gave_up
+        return self.ran_again == 0 and accounted and not self.sandboxes_left
+
+
+def expected_runs(recorder: RecordingReward) -> Counter[str]:
+    """The programs the sandboxes should have run, once per completion that passed the pre-check (by digest)."""
+    from emulator.daytona import code_digest
+
+    runs: Counter[str] = Counter()
+    for call in recorder.calls:
+        for text, task_name in zip(call.completions, call.tasks, strict=True):
+            task, code = get_task(task_name), extract_code(text)
+            if precheck(task, code):
+                runs[code_digest(build_program(task, code))] += 1
+    return runs
+
+
+def _progress_callback(progress: StepProgress, steps: int) -> Any:
+    from transformers import TrainerCallback
+
+    class StepLines(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
+            if logs and "loss" in logs:
+                progress(state.global_step, steps, logs)
+
+    return StepLines()
+
+
+def _train(
+    options: GRPOJobOptions, config: Any, progress: StepProgress | None
+) -> tuple[GRPOOutcome, RecordingReward, PoolStats, float]:
+    pool = DaytonaPool(options.pool_size, config, fresh_context=options.fresh_context)
+    callbacks = [] if progress is None else [_progress_callback(progress, options.settings.steps)]
+    try:
+        with SandboxReward(pool, timeout=options.timeout) as reward:
+            recorder = RecordingReward(reward)
+            started = time.monotonic()
+            outcome = train_grpo(recorder, options.settings, callbacks=callbacks)
+            train_s = time.monotonic() - started
+    except PoolExhaustedError as exc:
+        raise GRPOJobError(f"the sandbox pool: {exc}") from None
+    return outcome, recorder, pool.stats, train_s
+
+
+def run_grpo_job(options: GRPOJobOptions, progress: StepProgress | None = None) -> GRPOJobResult:
+    """Run the job; see :class:`GRPOJobOptions`. Raises :class:`GRPOJobError` for bad options."""
+    for name in options.settings.tasks:
+        try:
+            get_task(name)
+        except ValueError as exc:
+            raise GRPOJobError(str(exc)) from None
+    if options.pool_size < 1 or options.settings.steps < 1 or options.settings.generations < 2:
+        raise GRPOJobError("the pool size and steps must be at least 1, and generations at least 2")
+    from daytona import DaytonaConfig
+
+    started = time.monotonic()
+    if options.api_url is not None:
+        if options.faults is not None:
+            raise GRPOJobError("fault plans apply to the embedded emulator only, not to --api-url")
+        api_key = options.api_key or os.environ.get("DAYTONA_API_KEY")
+        if not api_key:
+            raise GRPOJobError("--api-url needs an API key: pass --api-key or set DAYTONA_API_KEY")
+        config = DaytonaConfig(api_url=options.api_url, api_key=api_key)
+        outcome, recorder, stats, train_s = _train(options, config, progress)
+        return GRPOJobResult(options, outcome, recorder, stats, time.monotonic() - started, train_s)
+
+    from emulator.app import Emulator
+    from emulator.daytona import interpreter_runs
+    from emulator.faults import load_plan
+    from emulator.server import EmulatorServer, quiet_reset_log
+
+    try:
+        plan = load_plan(options.faults)
+    except (ValueError, OSError) as exc:  # FaultPlanError is a ValueError
+        raise GRPOJobError(f"fault plan {options.faults!r}: {exc}") from None
+    emulator = Emulator(faults=plan)
+    server = EmulatorServer(emulator)  # (uvicorn sets its loggers' levels here, so quiet them after)
+    with quiet_reset_log(), server:
+        config = DaytonaConfig(api_url=server.url + "/api", api_key=emulator.config.daytona.api_key)
+        outcome, recorder, stats, train_s = _train(options, config, progress)
+    entries = emulator.journal.entries()
+    faults: Counter[str] = Counter(e.fault for e in entries if e.fault is not None)
+    return GRPOJobResult(
+        options,
+        outcome,
+        recorder,
+        stats,
+        time.monotonic() - started,
+        train_s,
+        sandboxes_left=[s.id for s in emulator.daytona_report().leaked],
+        runs_per_program=interpreter_runs(entries),
+        expected_runs=expected_runs(recorder),
+        faults_injected=dict(faults),
+    )
