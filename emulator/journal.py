@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -88,6 +88,7 @@ class Journal:
 
     def __init__(self, clock: Any = None, max_entries: int | None = DEFAULT_MAX_ENTRIES) -> None:
         self._lock = threading.Lock()
+        self._changed = threading.Condition()  # notified after each begin and end, for wait_for
         self._entries: deque[JournalEntry] = deque(maxlen=max_entries)
         self._seq = 0
         self.dropped = 0
@@ -116,7 +117,9 @@ class Journal:
                 in_flight=current,
             )
             self._entries.append(entry)
-            return entry
+        with self._changed:
+            self._changed.notify_all()
+        return entry
 
     def end(self, entry: JournalEntry, status: int | None, outcome: str, **detail: Any) -> None:
         with self._lock:
@@ -127,6 +130,16 @@ class Journal:
             entry.outcome = outcome
             entry.detail.update(detail)
             self._in_flight[entry.route] -= 1
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait_for(self, predicate: Callable[[Journal], bool], timeout: float | None = None) -> bool:
+        """Block until ``predicate(journal)`` holds, re-checked whenever a request begins or ends; False when
+        ``timeout`` seconds passed first. For tests that must act at a given point of the traffic, e.g.
+        ``journal.wait_for(lambda j: j.in_flight("daytona.interpreter.execute") > 0, 10)``. From a coroutine, run it
+        in a thread (``asyncio.to_thread``) so the loop keeps serving."""
+        with self._changed:
+            return self._changed.wait_for(lambda: predicate(self), timeout)
 
     def clear(self) -> None:
         with self._lock:

@@ -567,10 +567,13 @@ class DaytonaService:
             return "timeout"
         except (WebSocketDisconnect, RuntimeError):
             return "cancelled"
-        if outcome.error is not None:
-            await send({"type": "error", **outcome.error})
-        await send({"type": "control", "text": "completed"})
-        await websocket.close(1000)
+        try:
+            if outcome.error is not None:
+                await send({"type": "error", **outcome.error})
+            await send({"type": "control", "text": "completed"})
+            await websocket.close(1000)
+        except (WebSocketDisconnect, RuntimeError):  # the client left before the end: nobody to tell
+            return "cancelled"
         return "ok"
 
 

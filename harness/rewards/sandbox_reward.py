@@ -395,23 +395,38 @@ class SandboxReward:
         self.close()
 
     def _run(self, coro: Any) -> Any:
-        """Run ``coro`` on this object's loop, with Ctrl-C left as a plain KeyboardInterrupt.
+        """Run ``coro`` on this object's loop; a Ctrl-C meanwhile cancels it and then raises KeyboardInterrupt.
 
-        The Daytona SDK's Socket.IO client (engineio) installs, on the first loop that connects, a SIGINT handler that
-        cancels every task and stops the loop; a Ctrl-C would then surface as a CancelledError or a stopped loop with
-        the sandboxes' deletion cancelled too. Removing that handler keeps Ctrl-C a KeyboardInterrupt, which
-        :meth:`close` handles.
+        Python's own SIGINT handler raises KeyboardInterrupt wherever the main thread happens to be, e.g. halfway
+        through an HTTP client's bookkeeping, which can leave that client unable to delete the sandboxes afterwards.
+        Here Ctrl-C cancels the running task instead, so every coroutine stops at an await and the pool stays usable
+        for :meth:`close`. The Daytona SDK's Socket.IO client (engineio) installs, once per process, a SIGINT handler
+        that cancels every task and stops the loop; ours takes its place while this loop runs.
         """
         loop = self._loop
         assert loop is not None
-        main = threading.current_thread() is threading.main_thread()
-        if main:
-            loop.remove_signal_handler(signal.SIGINT)
+        task = loop.create_task(coro)
+        if threading.current_thread() is not threading.main_thread():
+            return loop.run_until_complete(task)  # signals go to the main thread only
+        interrupted = False
+
+        def on_sigint() -> None:
+            nonlocal interrupted
+            interrupted = True
+            task.cancel()
+
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
         try:
-            return loop.run_until_complete(coro)
+            result = loop.run_until_complete(task)
+        except asyncio.CancelledError:
+            if interrupted:
+                raise KeyboardInterrupt from None
+            raise
         finally:
-            if main:
-                loop.remove_signal_handler(signal.SIGINT)
+            loop.remove_signal_handler(signal.SIGINT)  # back to Python's handler (KeyboardInterrupt)
+        if interrupted:  # the task finished anyway: the Ctrl-C still stops the caller
+            raise KeyboardInterrupt
+        return result
 
     def open(self) -> None:
         self._loop = asyncio.new_event_loop()

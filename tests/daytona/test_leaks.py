@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 
 import httpx
@@ -10,6 +11,8 @@ from daytona import AsyncDaytona, CreateSandboxFromSnapshotParams, DaytonaConfig
 
 from emulator.daytona import code_digest, interpreter_runs, sandbox_report
 from emulator.server import EmulatorServer
+
+EXECUTE = "daytona.interpreter.execute"
 
 
 def test_forgotten_sandbox_is_reported_by_creator_label(api_url: str, api_key: str, server: EmulatorServer) -> None:
@@ -75,3 +78,26 @@ def test_interpreter_runs_count_each_program_that_ran(api_url: str, api_key: str
     assert interpreter_runs(entries) == Counter({code_digest(ok): 2, code_digest(loop): 1})
     wire = httpx.get(server.url + "/_emulator/journal", params={"route": "daytona.interpreter"}).json()
     assert interpreter_runs(wire) == interpreter_runs(entries)
+
+
+def test_a_run_whose_client_left_ends_quietly_when_its_sandbox_goes(
+    api_url: str, api_key: str, server: EmulatorServer
+) -> None:
+    """The client gives up on a running program, then deletes the sandbox (as a pool does on Ctrl-C): the run ends
+    with nobody to tell, journaled as cancelled, not as an error of the emulator's own."""
+    journal = server.emulator.journal
+
+    async def leave_early() -> None:
+        async with AsyncDaytona(DaytonaConfig(api_url=api_url, api_key=api_key)) as daytona:
+            box = await daytona.create()
+            run = asyncio.ensure_future(box.code_interpreter.run_code("while True:\n    pass", timeout=30))
+            assert await asyncio.to_thread(journal.wait_for, lambda j: j.in_flight(EXECUTE) == 1, 10)
+            run.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await run
+            await box.delete()
+            assert await asyncio.to_thread(journal.wait_for, lambda j: j.in_flight(EXECUTE) == 0, 10)
+
+    asyncio.run(leave_early())
+    (entry,) = journal.entries(EXECUTE)
+    assert entry.outcome == "cancelled" and entry.status != 500

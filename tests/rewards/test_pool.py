@@ -69,12 +69,8 @@ def test_sandboxes_are_deleted_on_ctrl_c(
     daytona_config: Any, sandbox_emulator: EmulatorServer, emulator_journal: Journal
 ) -> None:
     def interrupt_once_running() -> None:
-        """Ctrl-C as soon as a completion is running in a sandbox (polled: the journal has no event to wait on)."""
-        deadline = threading.Event()
-        for _ in range(1000):
-            if emulator_journal.in_flight(EXECUTE) >= 1:
-                break
-            deadline.wait(0.01)
+        """Ctrl-C as soon as a completion is running in a sandbox."""
+        emulator_journal.wait_for(lambda j: j.in_flight(EXECUTE) >= 1, timeout=10)
         os.kill(os.getpid(), signal.SIGINT)
 
     reward = SandboxReward(DaytonaPool(3, daytona_config), "sort_numbers", timeout=5.0)
