@@ -106,6 +106,9 @@ def run(args: argparse.Namespace) -> int:
     except GRPOJobError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # the reward's context manager has deleted the pool's sandboxes by now
+        print("interrupted: training stopped and the pool's sandboxes were deleted", file=sys.stderr)
+        return 130
     print("\n".join(summary_lines(result)))
     if args.json:
         Path(args.json).write_text(json.dumps(result_json(result), indent=2, default=str) + "\n")
