@@ -17,6 +17,7 @@ import re
 import signal
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -89,6 +90,20 @@ def score_output(outcome: ExecOutcome) -> float:
     if not results:
         return 0.0
     return sum(1 for r in results if r is True) / len(results)
+
+
+#: How a completion's scoring ended: passed the pre-check and ran cleanly (``ran``), was refused by the pre-check,
+#: hit its time limit, raised (or printed no result), or failed outside the program after every try.
+OUTCOME_KINDS = ("ran", "not_run", "timeout", "program_error", "infra_error")
+
+
+def outcome_kind(outcome: ExecOutcome) -> str:
+    """The kind of ``outcome`` (one of :data:`OUTCOME_KINDS` but ``not_run``)."""
+    if outcome.timed_out:
+        return "timeout"
+    if outcome.error is not None:
+        return "infra_error" if outcome.error.startswith(("infra:", "not run")) else "program_error"
+    return "ran"
 
 
 def precheck(task: Task, code: str) -> bool:
@@ -316,7 +331,8 @@ class DaytonaPool:
 class FusionBackend:
     """Sandbox Fusion: one ``POST /run_code`` per completion, at most ``concurrency`` at once.
 
-    A request that fails outside the program (connection error, HTTP 5xx or 429) is retried, ``attempts`` in all.
+    A request that fails outside the program (connection error, HTTP 5xx or 429, an answer without a run result such
+    as a SandboxError body) is retried, ``attempts`` in all.
     """
 
     url: str  # the full /run_code URL
@@ -347,7 +363,11 @@ class FusionBackend:
                 except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
                     last = ExecOutcome(error=f"infra: {type(exc).__name__}")
                     continue
-                return _fusion_outcome(data)
+                outcome = _fusion_outcome(data)
+                if outcome.error is not None and outcome.error.startswith("infra:"):
+                    last = outcome  # e.g. a SandboxError body: the service failed, not the program
+                    continue
+                return outcome
         return last
 
     async def close(self) -> None:
@@ -357,9 +377,11 @@ class FusionBackend:
 
 
 def _fusion_outcome(data: Any) -> ExecOutcome:
+    if isinstance(data, dict) and data.get("status") == "SandboxError":  # the service failed, not the program
+        return ExecOutcome(error=f"infra: SandboxError: {str(data.get('message'))[:200]}")
     run = data.get("run_result") if isinstance(data, dict) else None
     if not isinstance(run, dict):
-        return ExecOutcome(error=f"no run result: {str(data)[:200]}")
+        return ExecOutcome(error=f"infra: no run result: {str(data)[:200]}")
     if run.get("status") == "TimeLimitExceeded":
         return ExecOutcome(error="timeout", timed_out=True)
     stdout = str(run.get("stdout") or "")
@@ -384,6 +406,9 @@ class SandboxReward:
         self.timeout = timeout
         self.__name__ = "sandbox_reward"  # TRL names the logged metric after the function
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: How every completion scored so far ended, by kind (see :func:`outcome_kind`).
+        self.outcomes: Counter[str] = Counter()
+        self._last_kinds: Counter[str] = Counter()
 
     def __enter__(self) -> SandboxReward:
         self.open()
@@ -467,16 +492,38 @@ class SandboxReward:
     async def score_all(self, completions: Sequence[Any], **kwargs: Any) -> list[float]:
         """Rewards for ``completions``, all run concurrently (the backend bounds how many at once)."""
 
+        kinds: Counter[str] = Counter()
+
         async def one(i: int, completion: Any) -> float:
             task = self._task_for(i, kwargs)
             code = extract_code(completion)
             if not precheck(task, code):
+                kinds["not_run"] += 1
                 return FAILED
-            return score_output(await self.backend.run(build_program(task, code), self.timeout))
+            outcome = await self.backend.run(build_program(task, code), self.timeout)
+            kinds[outcome_kind(outcome)] += 1
+            return score_output(outcome)
 
-        return list(await asyncio.gather(*(one(i, c) for i, c in enumerate(completions))))
+        rewards = list(await asyncio.gather(*(one(i, c) for i, c in enumerate(completions))))
+        self.outcomes.update(kinds)
+        self._last_kinds = kinds
+        return rewards
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        """Score ``completions``. Under TRL (which passes ``log_metric``) also log, per step, the fraction of
+        completions that were not run, timed out, raised, or failed outside the program, and for a Daytona pool
+        the runs retried and sandboxes replaced: infrastructure trouble shows in the training logs."""
         if self._loop is None:
             raise RuntimeError("SandboxReward is not open: use it as a context manager or call open()")
-        return list(self._run(self.score_all(completions, **kwargs)))
+        stats = getattr(self.backend, "stats", None)
+        before = (stats.infra_failures, stats.replaced) if isinstance(stats, PoolStats) else None
+        rewards = list(self._run(self.score_all(completions, **kwargs)))
+        log_metric = kwargs.get("log_metric")
+        if callable(log_metric) and completions:
+            kinds = self._last_kinds
+            for kind in OUTCOME_KINDS:
+                log_metric(f"sandbox/{kind}", kinds[kind] / len(completions))
+            if before is not None and isinstance(stats, PoolStats):
+                log_metric("sandbox/retried_runs", float(stats.infra_failures - before[0]))
+                log_metric("sandbox/replaced", float(stats.replaced - before[1]))
+        return rewards

@@ -26,6 +26,7 @@ from harness.rewards.grpo import (
     program_tokenizer,
     train_grpo,
 )
+from harness.rewards.sandbox_reward import OUTCOME_KINDS
 
 CREATE = "daytona.sandbox.create"
 EXECUTE = "daytona.interpreter.execute"
@@ -33,23 +34,26 @@ METRIC = "rewards/sandbox_reward/mean"
 SETTINGS = GRPOSettings(steps=3, prompts_per_step=2, generations=4, max_completion_length=2, seed=0)
 
 
-def expected_reward(ids: list[int], task_name: str, pass_fraction: Callable[[str, str], float]) -> float:
-    """The reward of a completion from its tokens: each is a whole candidate program, a prompt, or a special token."""
+def expected(ids: list[int], task_name: str, pass_fraction: Callable[[str, str], float]) -> tuple[float, str]:
+    """The reward of a completion, and how its scoring ends (``OUTCOME_KINDS``), from its tokens alone: each is a whole
+    candidate program, a prompt, or a special token."""
     tokenizer = program_tokenizer(SETTINGS.tasks)
     by_code = {c.code: c for c in CANDIDATES}
     pieces = [tokenizer.decode([i]) for i in ids if i not in tokenizer.all_special_ids]  # EOS, and UNK (no text)
-    if not pieces or any(p not in by_code for p in pieces):
-        return -1.0  # nothing written, or a prompt's prose, which is not Python
     task = get_task(task_name)
-    if any(pattern in "".join(pieces) for pattern in task.banned):
-        return -1.0
+    if not pieces or any(pattern in "".join(pieces) for pattern in task.banned):
+        return -1.0, "not_run"
+    if any(p not in by_code for p in pieces):
+        return -1.0, "program_error"  # a prompt's prose is not Python
     defining = [by_code[p] for p in pieces if by_code[p].task == task_name]
     if not defining:
-        return -1.0  # the function is never defined: NameError
+        return -1.0, "program_error"  # the function is never defined: NameError
     last = defining[-1]  # the last definition wins
-    if last.kind in ("raises", "loops"):
-        return -1.0
-    return pass_fraction(task_name, last.code)
+    if last.kind == "loops":
+        return -1.0, "timeout"
+    if last.kind == "raises":
+        return -1.0, "program_error"
+    return pass_fraction(task_name, last.code), "ran"
 
 
 def check_run(
@@ -68,12 +72,17 @@ def check_run(
         assert step[METRIC] == pytest.approx(fmean(call.rewards), abs=1e-6)  # what the trainer logged
         assert step["reward"] == pytest.approx(fmean(call.rewards), abs=1e-6)
         rows = zip(call.completions, call.completion_ids, call.tasks, call.rewards, strict=True)
+        kinds: Counter[str] = Counter()
         for text, ids, task, reward in rows:
             assert text == tokenizer.decode(ids, skip_special_tokens=True)
-            assert reward == pytest.approx(expected_reward(ids, task, pass_fraction)), (task, text)
+            want, kind = expected(ids, task, pass_fraction)
+            assert reward == pytest.approx(want), (task, text)
+            kinds[kind] += 1
             code, spec = extract_code(text), get_task(task)
             if code and not any(p in code for p in spec.banned):
                 expected_runs[code_digest(build_program(spec, code))] += 1
+        for kind in OUTCOME_KINDS:  # logged by the reward through TRL's log_metric
+            assert step[f"sandbox/{kind}"] == pytest.approx(kinds[kind] / per_step), kind
     assert interpreter_runs(journal.entries(EXECUTE)) == expected_runs  # every completion ran, exactly once
     assert sum(expected_runs.values()) > 0
     rewards = {r for call in recorder.calls for r in call.rewards}
@@ -98,6 +107,7 @@ def test_grpo_training_gets_its_rewards_from_the_pool(
     report = sandbox_emulator.emulator.daytona_report()
     assert report.leaked == [] and len(report.sandboxes) == pool.stats.created == 8 + pool.stats.replaced
     assert pool.stats.replaced == pool.stats.timeouts  # a run that hit its time limit gave its sandbox up
+    assert sum(step["sandbox/replaced"] for step in outcome.steps) == pool.stats.replaced
 
 
 #: Scripted so that the run is the same every time: two creations fail (one made its sandbox, then lost the answer),
@@ -128,6 +138,7 @@ def test_grpo_under_faults_gets_the_same_rewards_and_leaves_no_sandbox(
     assert isinstance(pool, DaytonaPool)
     refused = [e for e in emulator_journal.entries(EXECUTE) if e.fault is not None]
     assert len(refused) == pool.stats.infra_failures == 3
+    assert sum(step["sandbox/retried_runs"] for step in outcome.steps) == 3  # in the trainer's logs too
     assert pool.stats.create_failures == 2 and pool.stats.orphans_deleted == 1
     report = sandbox_emulator.emulator.daytona_report()
     assert report.leaked == []

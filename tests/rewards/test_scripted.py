@@ -91,3 +91,32 @@ def test_extract_code_from_conversational_completion() -> None:
 def test_unknown_task_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="unknown task 'nope'; known tasks: "):
         get_task("nope")
+
+
+@pytest.mark.faults({"rules": [{"route": "sandbox_fusion.run_code", "requests": "1-2", "fault": "sandbox_error"}]})
+def test_a_sandbox_error_body_is_retried_not_scored(fusion_reward: Callable[..., SandboxReward]) -> None:
+    """Sandbox Fusion's HTTP-200 SandboxError body is the service failing: retried, then scored normally."""
+    reward = fusion_reward("sort_numbers")
+    assert reward(["p"], [GOOD_SORT]) == [1.0]  # the third try ran
+    assert reward.outcomes == {"ran": 1}
+
+
+def test_trl_log_metric_gets_the_outcome_fractions(daytona_reward: Callable[..., SandboxReward]) -> None:
+    reward = daytona_reward("sort_numbers", size=2, timeout=1.0)
+    logged: dict[str, list[float]] = {}
+
+    def log_metric(name: str, value: float) -> None:
+        logged.setdefault(name, []).append(value)
+
+    completions = [GOOD_SORT, BANNED_SORT, RAISING_SORT, LOOPING_SORT]
+    assert reward(["p"] * 4, completions, log_metric=log_metric) == [1.0, -1.0, -1.0, -1.0]
+    assert {name: values[0] for name, values in logged.items()} == {
+        "sandbox/ran": 0.25,
+        "sandbox/not_run": 0.25,
+        "sandbox/program_error": 0.25,
+        "sandbox/timeout": 0.25,
+        "sandbox/infra_error": 0.0,
+        "sandbox/retried_runs": 0.0,
+        "sandbox/replaced": 1.0,  # the timed-out sandbox
+    }
+    assert reward.outcomes == {"ran": 1, "not_run": 1, "program_error": 1, "timeout": 1}
