@@ -164,3 +164,17 @@ def test_sandboxes_are_deleted_when_training_fails_midway(
     assert len(recorder.calls) == 2
     report = sandbox_emulator.emulator.daytona_report()
     assert len(report.sandboxes) >= 4 and report.leaked == []
+
+
+def test_grpo_job_under_the_flaky_profile_keeps_its_invariants() -> None:
+    """Random faults on every route (resets, 502/503, cut bodies, heavy-tailed latency): whatever they hit, no
+    completion runs twice, a missing run is one the pool gave up on, and no sandbox is left."""
+    from harness.rewards.job import GRPOJobOptions, run_grpo_job
+
+    result = run_grpo_job(GRPOJobOptions(settings=SETTINGS, faults="flaky"))
+    assert sum(result.faults_injected.values()) > 0
+    assert result.ran_again == 0
+    assert result.never_ran == result.pool.gave_up
+    assert result.sandboxes_left == []
+    assert result.ok
+    assert len(result.outcome.steps) == SETTINGS.steps and result.completions == 24
