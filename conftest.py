@@ -5,6 +5,7 @@ fixtures several test directories share."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -29,3 +30,12 @@ def ray_session() -> Iterator[dict[str, str]]:
         )
     context = ray.get_runtime_context()
     yield {"address": context.gcs_address, "namespace": context.namespace}
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer() -> Any:
+    """The project's tiny local Qwen-style tokenizer (``harness.rollout.tiny_tokenizer``), built once per session."""
+    pytest.importorskip("verl", reason="needs the [verl] extra")
+    from harness.rollout import tiny_tokenizer
+
+    return tiny_tokenizer()

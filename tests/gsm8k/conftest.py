@@ -1,5 +1,5 @@
-"""Fixtures for the GSM8K tests: the bundled problems, the real test split when it is beside the checkout, the
-tiny tokenizer and tool YAML files pointed at this test's emulator.
+"""Fixtures for the GSM8K tests: the bundled problems, the real test split when it is beside the checkout, and tool
+YAML files pointed at this test's emulator (the tiny tokenizer comes from the root conftest).
 
 verl is imported lazily so that the data tests run on a checkout without the ``[verl]`` extra."""
 
@@ -30,13 +30,6 @@ def gsm8k_test_split() -> list[Problem]:
     if not GSM8K_TEST_SPLIT.is_file():
         pytest.skip("the GSM8K test split is not beside this checkout (../shared/data/gsm8k/test.jsonl)")
     return load_problems(GSM8K_TEST_SPLIT)
-
-
-@pytest.fixture(scope="session")
-def tiny_tokenizer() -> Any:
-    from harness.rollout import tiny_tokenizer
-
-    return tiny_tokenizer()
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Shared pieces of the unit plan: the tiny tokenizer, tool YAML files pointed at this test's emulator.
+"""Shared pieces of the unit plan: tool YAML files pointed at this test's emulator.
 
 verl is imported lazily (inside fixtures) so that a checkout without the ``[verl]`` extra skips these modules
 (each does ``pytest.importorskip("verl")``) instead of failing at collection."""
@@ -16,13 +16,6 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_TOOL_YAML = ROOT / "fixtures/tools/sandbox_fusion_tool_config.yaml"
 #: Retries fast enough for tests: 4 tries, a few milliseconds apart.
 FAST_RETRY = {"max_attempts": 4, "base_delay": 0.005, "max_delay": 0.02, "max_retry_after": 1}
-
-
-@pytest.fixture(scope="session")
-def tiny_tokenizer() -> Any:
-    from harness.rollout import tiny_tokenizer
-
-    return tiny_tokenizer()
 
 
 @pytest.fixture

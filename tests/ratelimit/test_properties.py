@@ -13,73 +13,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from harness.ratelimit import LimiterConfig, LimiterError, LimiterStats
-from harness.ratelimit.core import LimiterCore
+from harness.chaos.search import CoreAdapter, RedisAdapter  # the adapters the schedule search drives, too
+from harness.ratelimit import LimiterConfig, LimiterError
 
 LEASE = 1.0
 HOLDERS = 3
-
-
-class CoreAdapter:
-    def __init__(self, config: LimiterConfig) -> None:
-        self.core = LimiterCore(config, leases=True)
-
-    def enqueue(self, rid: str, holder: str, now: float) -> str:
-        state = self.core.enqueue(rid, holder, now)
-        self.core.pump(now)
-        return state
-
-    def status(self, rid: str, now: float) -> str:
-        self.core.pump(now)
-        return self.core.status(rid)
-
-    def release(self, rid: str, now: float) -> str:
-        result = self.core.release(rid, now)
-        self.core.pump(now)
-        return result
-
-    def withdraw(self, rid: str, now: float) -> str:
-        result = self.core.withdraw(rid, now)
-        self.core.pump(now)
-        return result
-
-    def heartbeat(self, holder: str, rids: list[str], now: float) -> None:
-        self.core.heartbeat(holder, now)
-        self.core.pump(now)
-
-    def stats(self, now: float) -> LimiterStats:
-        self.core.pump(now)
-        return self.core.stats()
-
-
-class RedisAdapter:
-    def __init__(self, config: LimiterConfig) -> None:
-        import fakeredis
-
-        from harness.ratelimit.redis_backend import RedisCoreSync
-
-        self.redis = RedisCoreSync(config, fakeredis.FakeRedis())
-
-    def enqueue(self, rid: str, holder: str, now: float) -> str:
-        return self.redis.call("enqueue", now, rid, holder)
-
-    def status(self, rid: str, now: float) -> str:
-        return self.redis.call("status", now, rid)
-
-    def release(self, rid: str, now: float) -> str:
-        result = self.redis.call("release", now, rid)
-        if result.startswith("error: "):
-            raise LimiterError(result)
-        return result
-
-    def withdraw(self, rid: str, now: float) -> str:
-        return self.redis.call("withdraw", now, rid)
-
-    def heartbeat(self, holder: str, rids: list[str], now: float) -> None:
-        self.redis.call("heartbeat", now, holder, *rids)
-
-    def stats(self, now: float) -> LimiterStats:
-        return self.redis.stats(now)
 
 
 GRANTED = {"held", "released", "withdrawn", "reclaimed", "late"}

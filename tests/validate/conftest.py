@@ -191,14 +191,6 @@ def write_tool_yaml(path: Path, url: str) -> Path:
     return write_tool_config(path, base=EXAMPLE_TOOL_YAML, url=url, retry=FAST_RETRY, rate_limiter={"backend": "local"})
 
 
-@pytest.fixture(scope="session")
-def tiny_tokenizer() -> Any:
-    pytest.importorskip("verl", reason="needs the [verl] extra")
-    from harness.rollout import tiny_tokenizer
-
-    return tiny_tokenizer()
-
-
 @pytest.fixture
 def dump_builder(tmp_path: Path, tiny_tokenizer: Any) -> Callable[[Path, Any, int], list[dict[str, Any]]]:
     """``dump_builder(directory, emulator_server, step)``: run the problems on that emulator, dump them; entries."""
