@@ -344,6 +344,37 @@ class _Job:
         self.gc_counts = (0, 0)  # gc.get_count()[1:] at the fork
 
 
+class _Main:
+    """What makes this interpreter look like ``python <script>`` just started, for one child."""
+
+    __slots__ = ("argv", "env", "env_key", "job", "module", "orig_argv", "path")
+
+    def __init__(self) -> None:
+        self.argv: list[str] = []
+        self.orig_argv: list[str] = []
+        self.path: list[str] = []
+        self.env: dict[str, str] = {}
+        self.env_key: tuple[tuple[str, str], ...] = ()
+        self.module: types.ModuleType | None = None
+        self.job: _Job | None = None
+
+
+class _Prepared:
+    """One spawn request made ready before its batch's forks; the fork fills in the pid and the zygote's ends of
+    the pipes, and :func:`_register` does the rest once the batch is forked."""
+
+    __slots__ = ("err_r", "fetch", "in_w", "main", "out_r", "pid", "plan", "req_id", "stdin")
+
+    def __init__(self, req_id: int, plan: _Plan, main: _Main | None, stdin: bytes) -> None:
+        self.req_id = req_id
+        self.plan = plan
+        self.main = main
+        self.stdin = stdin
+        self.fetch: dict[str, Any] | None = None  # what _complete needs of the work dir
+        self.pid = -1
+        self.in_w = self.out_r = self.err_r = -1
+
+
 class _State:
     """Mutable zygote state (module-level singletons, kept in one place)."""
 
@@ -365,6 +396,11 @@ class _State:
     forks = 0
     root = False
     use_pidfd = False
+    # The requests of the batch being forked, and the children forked but not yet registered. Held here, not in
+    # locals, so that a child returning up the stack releases nothing (each release would write, and so copy, a page).
+    batch: Any = None
+    forked: Any = None
+    main: Any = None  # the _Main of the last fork (the child's, in a child)
 
 
 _K_SOCK, _K_OUT, _K_ERR, _K_PIDFD, _K_STDIN, _K_WAKE = range(6)
@@ -608,13 +644,13 @@ def _child_exec(req: dict[str, Any]) -> NoReturn:
 # --- zygote side: preparing a fast-path run ------------------------------------------------
 
 
-def _set_environ(env: dict[str, str]) -> None:
-    """Make the C environ and os.environ hold exactly ``env`` (inherited by the next fork).
+def _set_environ(env: dict[str, str], key: tuple[tuple[str, str], ...]) -> None:
+    """Make the C environ and os.environ hold exactly ``env`` (inherited by the next fork); ``key`` is
+    ``tuple(env.items())``, made beforehand.
 
     The C ``environ`` pointer is swapped to an array we own (setenv would leak a string per
     request); the zygote itself never reads its environment.
     """
-    key = tuple(env.items())
     if key == _State.env_key:
         return
     entries = [f"{k}={v}".encode("utf-8", "surrogateescape") for k, v in env.items()]
@@ -634,15 +670,18 @@ def _set_environ(env: dict[str, str]) -> None:
         os.environ.update(env)
 
 
-def _prepare_python(req: dict[str, Any], source: bytes | None) -> _Job:
-    """Make this interpreter look like ``python <script>`` just started (inherited by the fork)."""
+def _build_main(req: dict[str, Any], source: bytes | None) -> _Main:
+    """Everything :func:`_enter_main` installs for one fast-path child, built without touching the interpreter's
+    state (so a whole batch is built before its first fork)."""
     path: str = req["script"]
-    sys.argv = [path]
-    if hasattr(sys, "orig_argv"):
-        sys.orig_argv = [req["argv"][0], path]
+    main = _Main()
+    argv0: str = req["argv"][0]
+    main.argv = [path]
+    main.orig_argv = [argv0, path]
     script_dir = req.get("script_dir") or os.path.dirname(os.path.realpath(path))
-    sys.path[:] = [script_dir, *_BASE_PATH]
-    _set_environ(req["env"])
+    main.path = [script_dir, *_BASE_PATH]
+    main.env = req["env"]
+    main.env_key = tuple(main.env.items())
     import importlib.machinery
 
     # Same keys, in the same order, as the __main__ of ``python <file>``.
@@ -653,13 +692,36 @@ def _prepare_python(req: dict[str, Any], source: bytes | None) -> _Job:
     namespace["__file__"] = path
     namespace["__cached__"] = None
     namespace["__loader__"] = importlib.machinery.SourceFileLoader("__main__", path)
-    sys.modules["__main__"] = module
-    argv0: str = req["argv"][0]
+    main.module = module
     if source is None:
-        return _Job(namespace, None, None, argv0)
-    # A compile-time warning (SyntaxWarning, ...) belongs on the child's stderr: if one is
-    # shown, the child compiles again itself.  (Only the display hook is swapped: filters
-    # and registries behave as in the child.)
+        main.job = _Job(namespace, None, None, argv0)
+    else:
+        code, error = _compile(source, path)
+        main.job = _Job(namespace, code, error, argv0)
+    return main
+
+
+def _enter_main(main: _Main) -> _Job:
+    """Make this interpreter look like ``python <script>`` just started (inherited by the next fork)."""
+    sys.argv = main.argv
+    if hasattr(sys, "orig_argv"):
+        sys.orig_argv = main.orig_argv
+    sys.path[:] = main.path
+    _set_environ(main.env, main.env_key)
+    assert main.module is not None
+    sys.modules["__main__"] = main.module
+    _State.main = main
+    job = main.job
+    assert job is not None
+    return job
+
+
+def _compile(source: bytes, path: str) -> tuple[types.CodeType | None, BaseException | None]:
+    """The program compiled here, or the error compiling it raised; (None, None): the child compiles it itself.
+
+    A compile-time warning (SyntaxWarning, ...) belongs on the child's stderr: if one is shown, the child compiles
+    again itself. (Only the display hook is swapped: filters and registries behave as in the child.)
+    """
     caught: list[object] = []
     show = warnings._showwarnmsg  # type: ignore[attr-defined]
     warnings._showwarnmsg = caught.append  # type: ignore[attr-defined]
@@ -667,12 +729,12 @@ def _prepare_python(req: dict[str, Any], source: bytes | None) -> _Job:
         code = compile(source, path, "exec", dont_inherit=True)
     except BaseException as exc:  # SyntaxError, ValueError (null bytes), ...
         exc.__traceback__ = None
-        return _Job(namespace, None, exc if not caught else None, argv0)
+        return None, (exc if not caught else None)
     finally:
         warnings._showwarnmsg = show  # type: ignore[attr-defined]
     if caught:
-        return _Job(namespace, None, None, argv0)
-    return _Job(namespace, code, None, argv0)
+        return None, None
+    return code, None
 
 
 def _child_load(job: _Job) -> None:
@@ -694,9 +756,8 @@ def _child_load(job: _Job) -> None:
 # --- zygote side: requests -------------------------------------------------------------------
 
 
-def _spawn(req: dict[str, Any], blobs: list[bytes]) -> _Job | None:
-    """Fork one child for ``req``; returns a job only inside a fast-path child."""
-    req_id = req["id"]
+def _prepare(req: dict[str, Any], blobs: list[bytes]) -> _Prepared:
+    """Everything a spawn request's child needs that can be made before the batch's first fork."""
     plan = _Plan()
     plan.req = req
     plan.cwd = req["cwd"]
@@ -708,13 +769,30 @@ def _spawn(req: dict[str, Any], blobs: list[bytes]) -> _Job | None:
     workdir = req.get("dir")
     if workdir is not None:
         plan.workdir = (workdir["path"], [(t, blobs[i], bool(x)) for t, i, x in workdir["files"]])
-    fast = req["mode"] == "python"
-    job: _Job | None = None
-    if fast:
+    main = None
+    if req["mode"] == "python":
         source_index = req.get("source")
-        job = _prepare_python(req, None if source_index is None else blobs[source_index])
+        main = _build_main(req, None if source_index is None else blobs[source_index])
     stdin_index = req.get("stdin")
-    stdin = b"" if stdin_index is None else blobs[stdin_index]
+    prepared = _Prepared(req["id"], plan, main, b"" if stdin_index is None else blobs[stdin_index])
+    if workdir is not None:
+        # What _complete needs: the dir, the names to fetch, the files we made (removed first).
+        prepared.fetch = {
+            "path": workdir["path"],
+            "fetch": workdir.get("fetch", ()),
+            "files": [t for t, _i, _x in workdir["files"]],
+        }
+    return prepared
+
+
+def _fork(prepared: _Prepared) -> _Job | _Prepared | None:
+    """Fork the child of ``prepared``: its job inside a fast-path child; in the zygote, ``prepared`` for
+    :func:`_register` (None when the spawn failed, which is already reported).
+
+    Every fork makes each page of the zygote shared again, so each page the zygote writes before the next fork costs
+    a copy-on-write fault: between two forks of a batch the zygote only installs the child's ``__main__``, makes
+    the pipes and forks."""
+    plan = prepared.plan
     pipes: list[int] = []
     try:
         in_r, in_w = os.pipe2(os.O_CLOEXEC)
@@ -726,10 +804,10 @@ def _spawn(req: dict[str, Any], blobs: list[bytes]) -> _Job | None:
     except OSError as exc:
         for fd in pipes:
             os.close(fd)
-        sys.modules["__main__"] = _SELF_MODULE
-        _send({"op": "spawn_failed", "id": req_id, "error": f"pipe failed: {exc}"})
+        _send({"op": "spawn_failed", "id": prepared.req_id, "error": f"pipe failed: {exc}"})
         return None
     plan.fds = (in_r, out_w, err_w)
+    job = None if prepared.main is None else _enter_main(prepared.main)
     zygote_pid = os.getpid()
     # Objects made since the last fork are the child's business only: keep its gc.collect()
     # (and every automatic collection) away from the zygote's heap.
@@ -742,7 +820,7 @@ def _spawn(req: dict[str, Any], blobs: list[bytes]) -> _Job | None:
         for fd in pipes:
             os.close(fd)
         sys.modules["__main__"] = _SELF_MODULE
-        _send({"op": "spawn_failed", "id": req_id, "error": f"fork failed: {exc}"})
+        _send({"op": "spawn_failed", "id": prepared.req_id, "error": f"fork failed: {exc}"})
         return None
     if pid == 0:
         return _child(plan, zygote_pid, job)
@@ -750,18 +828,20 @@ def _spawn(req: dict[str, Any], blobs: list[bytes]) -> _Job | None:
     os.close(in_r)
     os.close(out_w)
     os.close(err_w)
-    child = _Child(req_id, pid)
+    prepared.pid, prepared.in_w, prepared.out_r, prepared.err_r = pid, in_w, out_r, err_r
+    return prepared
+
+
+def _register(forked: _Prepared) -> None:
+    """The zygote's side of a forked child: tables, pipes, pidfd, the ``started`` reply."""
+    pid = forked.pid
+    plan = forked.plan
+    child = _Child(forked.req_id, pid)
     if plan.sweep and plan.uid is not None:
         child.uid = plan.uid
-    if workdir is not None:
-        # What _complete needs: the dir, the names to fetch, the files we made (removed first).
-        child.workdir = {
-            "path": workdir["path"],
-            "fetch": workdir.get("fetch", ()),
-            "files": [t for t, _i, _x in workdir["files"]],
-        }
+    child.workdir = forked.fetch
     _State.children[pid] = child
-    _State.by_id[req_id] = child
+    _State.by_id[forked.req_id] = child
     epoll = _State.epoll
     handlers = _State.handlers
     if _State.use_pidfd:
@@ -773,6 +853,7 @@ def _spawn(req: dict[str, Any], blobs: list[bytes]) -> _Job | None:
         else:
             epoll.register(child.pidfd, select.EPOLLIN)
             handlers[child.pidfd] = (_K_PIDFD, child)
+    out_r, err_r, in_w = forked.out_r, forked.err_r, forked.in_w
     child.out = _Stream(out_r)
     child.err = _Stream(err_r)
     os.set_blocking(out_r, False)
@@ -781,22 +862,29 @@ def _spawn(req: dict[str, Any], blobs: list[bytes]) -> _Job | None:
     epoll.register(err_r, select.EPOLLIN)
     handlers[out_r] = (_K_OUT, child)
     handlers[err_r] = (_K_ERR, child)
-    if stdin:
+    if forked.stdin:
         child.stdin_fd = in_w
-        child.stdin_data = memoryview(stdin)
+        child.stdin_data = memoryview(forked.stdin)
         os.set_blocking(in_w, False)
         if not _feed_stdin(child):
             epoll.register(in_w, select.EPOLLOUT)
             handlers[in_w] = (_K_STDIN, child)
     else:
         os.close(in_w)
-    _State.outbuf += _HDR.pack(_STARTED_BODY.size, _STARTED) + _STARTED_BODY.pack(req_id, pid)
+    _State.outbuf += _HDR.pack(_STARTED_BODY.size, _STARTED) + _STARTED_BODY.pack(forked.req_id, pid)
     if _State.forks % _REFREEZE_EVERY == 0:
         # Cyclic garbage of the zygote itself would otherwise stay frozen forever.
         gc.unfreeze()
         gc.collect()
-    sys.modules["__main__"] = _SELF_MODULE
-    return None
+
+
+def _register_forked() -> None:
+    """Register every child of the batch forked so far."""
+    forked = _State.forked
+    if forked:
+        for one in forked:
+            _register(one)
+        forked.clear()
 
 
 def _feed_stdin(child: _Child) -> bool:
@@ -1094,7 +1182,11 @@ def _shutdown() -> NoReturn:
 
 
 def _handle_socket() -> _Job | None:
-    """Read and process every complete request; returns a job only inside a fast-path child."""
+    """Read and process every complete request; returns a job only inside a fast-path child.
+
+    The batch is parsed before the first fork and the children are registered after the last one, so that the work
+    between two forks (each of which makes the zygote's pages shared again) stays small.
+    """
     inbuf = _State.inbuf
     while True:
         try:
@@ -1108,33 +1200,43 @@ def _handle_socket() -> _Job | None:
         inbuf += data
         if len(data) < (1 << 20):
             break
+    batch: list[tuple[dict[str, Any], _Prepared | None]] = []
     pos = 0
     size = len(inbuf)
-    try:
-        while size - pos >= _HDR.size:
-            body_len, head_len = _HDR.unpack_from(inbuf, pos)
-            end = pos + _HDR.size + body_len
-            if end > size:
-                break
-            start = pos + _HDR.size
-            req = json.loads(bytes(inbuf[start : start + head_len]))
-            blobs: list[bytes] = []
-            offset = start + head_len
-            for length in req.get("b", ()):
-                blobs.append(bytes(inbuf[offset : offset + length]))
-                offset += length
-            pos = end
-            op = req.get("op")
-            if op == "spawn":
-                job = _spawn(req, blobs)
-                if job is not None:
-                    return job
-            elif op == "kill":
-                _kill(req["id"])
-            elif op == "shutdown":
-                _shutdown()
-    finally:
-        del inbuf[:pos]
+    while size - pos >= _HDR.size:
+        body_len, head_len = _HDR.unpack_from(inbuf, pos)
+        end = pos + _HDR.size + body_len
+        if end > size:
+            break
+        start = pos + _HDR.size
+        req = json.loads(bytes(inbuf[start : start + head_len]))
+        blobs: list[bytes] = []
+        offset = start + head_len
+        for length in req.get("b", ()):
+            blobs.append(bytes(inbuf[offset : offset + length]))
+            offset += length
+        pos = end
+        batch.append((req, _prepare(req, blobs) if req.get("op") == "spawn" else None))
+    del inbuf[:pos]
+    _State.batch = batch
+    _State.forked = []
+    for req, prepared in batch:
+        op = req.get("op")
+        if prepared is not None:
+            result = _fork(prepared)
+            if isinstance(result, _Job):
+                return result  # in the child
+            if result is not None:
+                _State.forked.append(result)
+            continue
+        _register_forked()  # a kill may name a child of this very batch
+        if op == "kill":
+            _kill(req["id"])
+        elif op == "shutdown":
+            _shutdown()
+    _register_forked()
+    sys.modules["__main__"] = _SELF_MODULE
+    _State.batch = _State.main = None
     return None
 
 
