@@ -347,14 +347,13 @@ class _Job:
 class _Main:
     """What makes this interpreter look like ``python <script>`` just started, for one child."""
 
-    __slots__ = ("argv", "env", "env_key", "job", "module", "orig_argv", "path")
+    __slots__ = ("argv", "environ", "job", "module", "orig_argv", "path")
 
     def __init__(self) -> None:
         self.argv: list[str] = []
         self.orig_argv: list[str] = []
         self.path: list[str] = []
-        self.env: dict[str, str] = {}
-        self.env_key: tuple[tuple[str, str], ...] = ()
+        self.environ: _Environ | None = None
         self.module: types.ModuleType | None = None
         self.job: _Job | None = None
 
@@ -391,8 +390,6 @@ class _State:
     outbuf = bytearray()
     writing = False
     failures: dict[int, str] = {}  # pid -> setup failure reported on the status pipe
-    environ: Any = None  # the ctypes array the C environ points to (kept alive)
-    env_key: Any = None
     forks = 0
     root = False
     use_pidfd = False
@@ -400,7 +397,6 @@ class _State:
     # locals, so that a child returning up the stack releases nothing (each release would write, and so copy, a page).
     batch: Any = None
     forked: Any = None
-    main: Any = None  # the _Main of the last fork (the child's, in a child)
 
 
 _K_SOCK, _K_OUT, _K_ERR, _K_PIDFD, _K_STDIN, _K_WAKE = range(6)
@@ -644,30 +640,38 @@ def _child_exec(req: dict[str, Any]) -> NoReturn:
 # --- zygote side: preparing a fast-path run ------------------------------------------------
 
 
-def _set_environ(env: dict[str, str], key: tuple[tuple[str, str], ...]) -> None:
-    """Make the C environ and os.environ hold exactly ``env`` (inherited by the next fork); ``key`` is
-    ``tuple(env.items())``, made beforehand.
+class _Environ:
+    """One child's environment, built before its batch's forks: a C ``environ`` array we own (setenv would leak a
+    string per request) and the matching ``os.environ`` data."""
 
-    The C ``environ`` pointer is swapped to an array we own (setenv would leak a string per
-    request); the zygote itself never reads its environment.
-    """
-    if key == _State.env_key:
-        return
-    entries = [f"{k}={v}".encode("utf-8", "surrogateescape") for k, v in env.items()]
-    array = (ctypes.c_char_p * (len(entries) + 1))(*entries)
-    _ENVIRON.value = ctypes.addressof(array)
-    _State.environ = (array, entries)
-    _State.env_key = key
-    data = getattr(os.environ, "_data", None)
-    if isinstance(data, dict):
-        encode = os.environ.encodekey
-        encode_value = os.environ.encodevalue
-        data.clear()
-        for k, v in env.items():
-            data[encode(k)] = encode_value(v)
+    __slots__ = ("address", "array", "data", "entries", "env")
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.entries = [f"{k}={v}".encode("utf-8", "surrogateescape") for k, v in env.items()]
+        self.array = (ctypes.c_char_p * (len(self.entries) + 1))(*self.entries)
+        self.address = ctypes.addressof(self.array)
+        encode, encode_value = os.environ.encodekey, os.environ.encodevalue
+        self.data = {encode(k): encode_value(v) for k, v in env.items()}
+
+
+#: The environment installed last; kept alive because the C ``environ`` points into it.
+_CURRENT_ENVIRON: list[_Environ] = []
+
+
+def _set_environ(environ: _Environ) -> None:
+    """Make the C environ and os.environ hold exactly ``environ`` (inherited by the next fork): two pointer swaps,
+    no allocation. The zygote itself never reads its environment."""
+    _ENVIRON.value = environ.address
+    if _CURRENT_ENVIRON:
+        _CURRENT_ENVIRON[0] = environ
+    else:
+        _CURRENT_ENVIRON.append(environ)
+    if isinstance(getattr(os.environ, "_data", None), dict):
+        os.environ._data = environ.data  # type: ignore[attr-defined]
     else:  # pragma: no cover - other implementations
         os.environ.clear()
-        os.environ.update(env)
+        os.environ.update(environ.env)
 
 
 def _build_main(req: dict[str, Any], source: bytes | None) -> _Main:
@@ -680,8 +684,7 @@ def _build_main(req: dict[str, Any], source: bytes | None) -> _Main:
     main.orig_argv = [argv0, path]
     script_dir = req.get("script_dir") or os.path.dirname(os.path.realpath(path))
     main.path = [script_dir, *_BASE_PATH]
-    main.env = req["env"]
-    main.env_key = tuple(main.env.items())
+    main.environ = _Environ(req["env"])
     import importlib.machinery
 
     # Same keys, in the same order, as the __main__ of ``python <file>``.
@@ -702,15 +705,15 @@ def _build_main(req: dict[str, Any], source: bytes | None) -> _Main:
 
 
 def _enter_main(main: _Main) -> _Job:
-    """Make this interpreter look like ``python <script>`` just started (inherited by the next fork)."""
+    """Make this interpreter look like ``python <script>`` just started (inherited by the next fork). Only
+    assignments: each page written here is copied again after the next fork."""
     sys.argv = main.argv
     if hasattr(sys, "orig_argv"):
         sys.orig_argv = main.orig_argv
-    sys.path[:] = main.path
-    _set_environ(main.env, main.env_key)
-    assert main.module is not None
+    sys.path = main.path  # a list of its own, as in a fresh interpreter
+    assert main.environ is not None and main.module is not None
+    _set_environ(main.environ)
     sys.modules["__main__"] = main.module
-    _State.main = main
     job = main.job
     assert job is not None
     return job
@@ -824,7 +827,6 @@ def _fork(prepared: _Prepared) -> _Job | _Prepared | None:
         return None
     if pid == 0:
         return _child(plan, zygote_pid, job)
-    _State.forks += 1
     os.close(in_r)
     os.close(out_w)
     os.close(err_w)
@@ -872,6 +874,8 @@ def _register(forked: _Prepared) -> None:
     else:
         os.close(in_w)
     _State.outbuf += _HDR.pack(_STARTED_BODY.size, _STARTED) + _STARTED_BODY.pack(forked.req_id, pid)
+    _State.forks += 1  # counted here, after the batch's forks: a class attribute written between two forks costs
+    # about 25 page copies (the type's caches are invalidated)
     if _State.forks % _REFREEZE_EVERY == 0:
         # Cyclic garbage of the zygote itself would otherwise stay frozen forever.
         gc.unfreeze()
@@ -1236,7 +1240,7 @@ def _handle_socket() -> _Job | None:
             _shutdown()
     _register_forked()
     sys.modules["__main__"] = _SELF_MODULE
-    _State.batch = _State.main = None
+    _State.batch = None
     return None
 
 
