@@ -1204,6 +1204,7 @@ def _handle_socket() -> _Job | None:
         inbuf += data
         if len(data) < (1 << 20):
             break
+    data = b""  # released here, not by a child returning up the stack (each release writes pages)
     batch: list[tuple[dict[str, Any], _Prepared | None]] = []
     pos = 0
     size = len(inbuf)
@@ -1272,6 +1273,10 @@ def _install_sigchld() -> None:
     _State.handlers[wake_r] = (_K_WAKE, None)
 
 
+#: Objects of the main loop kept referenced from outside its frame (see _serve).
+_HELD: list[Any] = [None]
+
+
 def _serve(sock_fd: int) -> _Job:
     """Main loop; returns only inside a forked fast-path child."""
     _State.sock = sock_fd
@@ -1310,6 +1315,7 @@ def _serve(sock_fd: int) -> _Job:
             events = epoll.poll(timeout)
         except InterruptedError:
             events = []
+        _HELD[0] = events  # so that a child returning from this frame does not free the list and its tuples
         now = time.monotonic()
         for fd, _ev in events:
             entry = handlers.get(fd)
