@@ -393,11 +393,13 @@ class _State:
     forks = 0
     root = False
     use_pidfd = False
-    # The requests of the batch being forked, and the children forked but not yet registered. Held here, not in
-    # locals, so that a child returning up the stack releases nothing (each release would write, and so copy, a page).
-    batch: Any = None
-    forked: Any = None
 
+
+#: Held here, not in locals, so that a child returning up the stack releases nothing (each release writes, and so
+#: copies, a page); and written by item, never as class attributes, whose assignment between two forks costs about
+#: 25 page copies (the type's caches are invalidated): [0] the poll's last event list, [1] the batch being forked,
+#: [2] the children forked but not yet registered.
+_HELD: list[Any] = [None, None, []]
 
 _K_SOCK, _K_OUT, _K_ERR, _K_PIDFD, _K_STDIN, _K_WAKE = range(6)
 
@@ -412,7 +414,7 @@ def _frame(msg: dict[str, Any], blobs: list[bytes]) -> bytes:
 
 def _send(msg: dict[str, Any], blobs: list[bytes] | None = None) -> None:
     """Queue one frame; flushed once per loop iteration."""
-    _State.outbuf += _frame(msg, blobs or [])
+    _State.outbuf.extend(_frame(msg, blobs or []))  # in place: no class attribute is assigned
 
 
 def _flush() -> None:
@@ -873,7 +875,7 @@ def _register(forked: _Prepared) -> None:
             handlers[in_w] = (_K_STDIN, child)
     else:
         os.close(in_w)
-    _State.outbuf += _HDR.pack(_STARTED_BODY.size, _STARTED) + _STARTED_BODY.pack(forked.req_id, pid)
+    _State.outbuf.extend(_HDR.pack(_STARTED_BODY.size, _STARTED) + _STARTED_BODY.pack(forked.req_id, pid))
     _State.forks += 1  # counted here, after the batch's forks: a class attribute written between two forks costs
     # about 25 page copies (the type's caches are invalidated)
     if _State.forks % _REFREEZE_EVERY == 0:
@@ -884,7 +886,7 @@ def _register(forked: _Prepared) -> None:
 
 def _register_forked() -> None:
     """Register every child of the batch forked so far."""
-    forked = _State.forked
+    forked: list[_Prepared] = _HELD[2]
     if forked:
         for one in forked:
             _register(one)
@@ -1048,7 +1050,7 @@ def _complete(child: _Child) -> None:
         out, err = blobs
         flags = 1 if removed else 0
         body = _EXITED_BODY.pack(child.req_id, child.rc or 0, child.exited_at, flags, len(out), len(err))
-        _State.outbuf += b"".join([_HDR.pack(len(body) + len(out) + len(err), _EXITED), body, out, err])
+        _State.outbuf.extend(b"".join([_HDR.pack(len(body) + len(out) + len(err), _EXITED), body, out, err]))
         return
     msg: dict[str, Any] = {"op": "exited", "id": child.req_id, "rc": child.rc, "at": child.exited_at}
     if child.killed:
@@ -1223,8 +1225,8 @@ def _handle_socket() -> _Job | None:
         pos = end
         batch.append((req, _prepare(req, blobs) if req.get("op") == "spawn" else None))
     del inbuf[:pos]
-    _State.batch = batch
-    _State.forked = []
+    _HELD[1] = batch  # a child keeps it referenced: returning up the stack then frees nothing
+    forked: list[_Prepared] = _HELD[2]
     for req, prepared in batch:
         op = req.get("op")
         if prepared is not None:
@@ -1232,7 +1234,7 @@ def _handle_socket() -> _Job | None:
             if isinstance(result, _Job):
                 return result  # in the child
             if result is not None:
-                _State.forked.append(result)
+                forked.append(result)
             continue
         _register_forked()  # a kill may name a child of this very batch
         if op == "kill":
@@ -1241,7 +1243,7 @@ def _handle_socket() -> _Job | None:
             _shutdown()
     _register_forked()
     sys.modules["__main__"] = _SELF_MODULE
-    _State.batch = None
+    _HELD[1] = None
     return None
 
 
@@ -1271,10 +1273,6 @@ def _install_sigchld() -> None:
     signal.set_wakeup_fd(wake_w)
     _State.epoll.register(wake_r, select.EPOLLIN)
     _State.handlers[wake_r] = (_K_WAKE, None)
-
-
-#: Objects of the main loop kept referenced from outside its frame (see _serve).
-_HELD: list[Any] = [None]
 
 
 def _serve(sock_fd: int) -> _Job:
@@ -1315,7 +1313,7 @@ def _serve(sock_fd: int) -> _Job:
             events = epoll.poll(timeout)
         except InterruptedError:
             events = []
-        _HELD[0] = events  # so that a child returning from this frame does not free the list and its tuples
+        _HELD[0] = events
         now = time.monotonic()
         for fd, _ev in events:
             entry = handlers.get(fd)
