@@ -24,6 +24,19 @@ def _add_runtime_options(parser: argparse.ArgumentParser) -> None:
         default="fast",
         help="fast: fork from a warm interpreter; faithful: a fresh interpreter per run (default: fast)",
     )
+    parser.add_argument(
+        "--temp-root",
+        metavar="DIR",
+        help="parent of the per-run work dirs (default: $TMPDIR, else /tmp); a tmpfs such as /dev/shm is faster, "
+        "but programs then see that path instead of /tmp",
+    )
+
+
+def _check_temp_root(path: str | None) -> str | None:
+    """The error for a --temp-root that cannot hold work dirs, or None."""
+    if path is not None and not (os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)):
+        return f"--temp-root {path!r} is not a writable directory"
+    return None
 
 
 def _executor_config(args: argparse.Namespace) -> object:
@@ -32,6 +45,8 @@ def _executor_config(args: argparse.Namespace) -> object:
     kwargs: dict[str, object] = {"python_mode": args.python_mode}
     if args.python:
         kwargs["python"] = args.python
+    if getattr(args, "temp_root", None):
+        kwargs["temp_root"] = os.path.realpath(args.temp_root)
     return ExecutorConfig(**kwargs)  # type: ignore[arg-type]
 
 
@@ -43,6 +58,10 @@ def _serve(args: argparse.Namespace) -> int:
 
     if args.python and not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
         print(f"sandbox-emulator: --python {args.python!r} is not an executable file", file=sys.stderr)
+        return 2
+    problem = _check_temp_root(args.temp_root)
+    if problem:
+        print(f"sandbox-emulator: {problem}", file=sys.stderr)
         return 2
     if not 0 <= args.port <= 65535:
         print(f"sandbox-emulator: --port must be between 0 and 65535, got {args.port}", file=sys.stderr)
@@ -105,6 +124,7 @@ def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
     bench.add_argument("--modes", default="fast,faithful", help="comma-separated: fast, faithful")
     bench.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     bench.add_argument("--python", metavar="PATH", help="runtime interpreter for submitted Python")
+    bench.add_argument("--temp-root", metavar="DIR", help="parent of the emulator's per-run work dirs (see serve)")
     bench.set_defaults(func=_bench)
 
     daytona = sub.add_parser("bench-daytona", help="Daytona through the real SDK: creates/s, code_run/s, peak RSS")

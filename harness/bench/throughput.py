@@ -127,13 +127,15 @@ async def _one(session: object, url: str) -> None:
 
 
 def run_mode(
-    mode: str, levels: list[int], requests: int, python: str | None
+    mode: str, levels: list[int], requests: int, python: str | None, temp_root: str | None = None
 ) -> tuple[list[LevelResult], dict[str, int]]:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "harness.cli", "serve", "--port", str(port), "--python-mode", mode]
     if python:
         cmd += ["--python", python]
+    if temp_root:
+        cmd += ["--temp-root", temp_root]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     results: list[LevelResult] = []
     try:
@@ -178,10 +180,14 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    temp_root = getattr(args, "temp_root", None)
+    if temp_root is not None and not os.path.isdir(temp_root):
+        print(f"sandbox-emulator bench-throughput: --temp-root {temp_root!r} is not a directory", file=sys.stderr)
+        return 2
     all_results: list[LevelResult] = []
     memory: dict[str, dict[str, int]] = {}
     for mode in modes:
-        results, mem = run_mode(mode, levels, args.requests, args.python)
+        results, mem = run_mode(mode, levels, args.requests, args.python, temp_root)
         all_results.extend(results)
         memory[mode] = mem
     print(f"{'path':10s} {'concurrency':>11s} {'requests':>8s} {'errors':>6s} {'exec/s':>9s}")

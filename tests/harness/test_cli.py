@@ -2,28 +2,52 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import requests
 
 CLI = [sys.executable, "-m", "harness.cli"]
 
 
-def test_serve_prints_where_it_listens_and_serves() -> None:
-    proc = subprocess.Popen(
-        [*CLI, "serve", "--port", "0", "--faults", "calm"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+def _serve(*extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*CLI, "serve", "--port", "0", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+
+
+def _base(proc: subprocess.Popen[str]) -> str:
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    match = re.search(r"(http://127\.0\.0\.1:\d+)/run_code", first)
+    assert match, first
+    return match.group(1)
+
+
+def test_serve_prints_where_it_listens_and_serves() -> None:
+    proc = _serve("--faults", "calm")
     try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()
-        match = re.search(r"(http://127\.0\.0\.1:\d+)/run_code", first)
-        assert match, first
-        base = match.group(1)
+        base = _base(proc)
         answer = requests.post(base + "/run_code", json={"code": "print('served')", "language": "python"}, timeout=60)
         assert answer.json()["run_result"]["stdout"] == "served\n"
         assert requests.get(base + "/_emulator/health", timeout=10).json()["status"] == "ok"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_serve_temp_root_holds_the_work_dirs(tmp_path: Path) -> None:
+    proc = _serve("--temp-root", str(tmp_path))
+    try:
+        base = _base(proc)
+        code = "import os\nprint(os.getcwd())\nprint(os.path.dirname(os.path.abspath(__file__)))"
+        answer = requests.post(base + "/run_code", json={"code": code, "language": "python"}, timeout=60).json()
+        cwd, script_dir = answer["run_result"]["stdout"].split()
+        assert os.path.dirname(cwd) == os.path.realpath(tmp_path) and script_dir == cwd
+        assert not os.path.exists(cwd)  # removed once the run ended
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -51,9 +75,11 @@ def test_bad_plan_file_names_the_bad_key(tmp_path: object) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_bad_python_and_port() -> None:
+def test_bad_python_port_and_temp_root() -> None:
     result = _run("serve", "--python", "/no/such/python")
     assert result.returncode == 2 and "not an executable" in result.stderr
+    result = _run("serve", "--temp-root", "/no/such/dir")
+    assert result.returncode == 2 and "not a writable directory" in result.stderr
     result = _run("serve", "--port", "70000")
     assert result.returncode == 2 and "between 0 and 65535" in result.stderr
 
