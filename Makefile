@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 VENV071 := .venv-071
 BIN071 := $(VENV071)/bin
 
-.PHONY: demo demo-http test lint typecheck unit test-verl071 bench clean
+.PHONY: demo demo-http demo-trl test lint typecheck unit test-verl071 bench clean
 
 # The main job: GSM8K multi-turn rollouts through verl's agent loop on the embedded emulator, dumped and validated.
 demo: $(VENV)/.rollout-installed
@@ -16,6 +16,10 @@ demo: $(VENV)/.rollout-installed
 # The bare emulator alone: real programs over HTTP, then under injected faults (standard library client).
 demo-http: $(VENV)/.demo-installed
 	$(BIN)/python -m harness.demo
+
+# TRL: a GRPO run on CPU (TRL's trainer, a tiny model built locally) scored in a pool of emulated Daytona sandboxes.
+demo-trl: $(VENV)/.trl-installed
+	$(BIN)/sandbox-emulator grpo --steps 20
 
 test: $(VENV)/.test-installed lint typecheck unit test-verl071
 
@@ -51,6 +55,12 @@ $(VENV)/.rollout-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[verl]'
 	touch $@ $(VENV)/.demo-installed
 
+# TRL needs torch too: the CPU build 2.13.0 first.
+$(VENV)/.trl-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[trl,daytona]'
+	touch $@ $(VENV)/.demo-installed
+
 # Tests need verl, which needs torch: the CPU build 2.13.0 first, so no CUDA build is pulled in.
 # The limiter tests start their own Debian redis-server on a free loopback port: install it when missing.
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
@@ -58,7 +68,7 @@ $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
 		(apt-get update -qq && apt-get install -y -qq redis-server shellcheck >/dev/null)
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[dev,verl,daytona,bench,redis,ray,docs,trl]'
-	touch $@ $(VENV)/.demo-installed $(VENV)/.rollout-installed
+	touch $@ $(VENV)/.demo-installed $(VENV)/.rollout-installed $(VENV)/.trl-installed
 
 # verl 0.7.1 pins numpy<2 but not pyarrow, whose newest needs NumPy 2: pyarrow is pinned below 22.
 $(VENV071)/.installed: pyproject.toml
