@@ -19,7 +19,7 @@ demo-http: $(VENV)/.demo-installed
 
 # TRL: a GRPO run on CPU (TRL's trainer, a tiny model built locally) scored in a pool of emulated Daytona sandboxes.
 demo-trl: $(VENV)/.trl-installed
-	$(BIN)/sandbox-emulator grpo --steps 20
+	$(BIN)/sandbox-emulator grpo --steps 50
 
 test: $(VENV)/.test-installed lint typecheck unit test-verl071
 
