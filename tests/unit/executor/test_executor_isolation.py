@@ -443,3 +443,23 @@ def test_threaded_executor_from_plain_threads() -> None:
 
         with ThreadPoolExecutor(4) as pool:
             assert list(pool.map(one, range(8))) == [f"{i}\n" for i in range(8)]
+
+
+def test_child_processes_inherit_each_runs_own_environment(runner: Runner) -> None:
+    """The C environ (what a subprocess inherits) is each run's, not the previous run's in the same batch or before."""
+    code = (
+        "import os, subprocess\n"
+        "seen = subprocess.run(['sh', '-c', 'echo $HOME $EXTRA'], capture_output=True, text=True).stdout.split()\n"
+        "print(seen == [os.getcwd(), os.environ['EXTRA']])\n"
+    )
+    for tag in ("one", "two", "three"):
+        got = runner.run(code, extra_env={"EXTRA": tag})
+        assert got.return_code == 0, got.stderr
+        assert got.stdout == "True\n"
+
+    async def together() -> list[tuple[ExecutionResult, bytes | None]]:  # forked in one batch by the zygote
+        return await asyncio.gather(*(runner.arun(code, extra_env={"EXTRA": f"run{i}"}) for i in range(16)))
+
+    for got, _ in runner.call(together()):
+        assert got.return_code == 0, got.stderr
+        assert got.stdout == "True\n"
