@@ -32,9 +32,15 @@ def _add_runtime_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _check_temp_root(path: str | None) -> str | None:
-    """The error for a --temp-root that cannot hold work dirs, or None."""
-    if path is not None and not (os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)):
+def check_temp_root(path: str | None) -> str | None:
+    """The error for a --temp-root that cannot hold work dirs, or None (found by making and removing one)."""
+    if path is None:
+        return None
+    import tempfile
+
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=path))
+    except OSError:
         return f"--temp-root {path!r} is not a writable directory"
     return None
 
@@ -59,7 +65,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.python and not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
         print(f"sandbox-emulator: --python {args.python!r} is not an executable file", file=sys.stderr)
         return 2
-    problem = _check_temp_root(args.temp_root)
+    problem = check_temp_root(args.temp_root)
     if problem:
         print(f"sandbox-emulator: {problem}", file=sys.stderr)
         return 2

@@ -181,8 +181,11 @@ def main(args: argparse.Namespace) -> int:
         )
         return 2
     temp_root = getattr(args, "temp_root", None)
-    if temp_root is not None and not os.path.isdir(temp_root):
-        print(f"sandbox-emulator bench-throughput: --temp-root {temp_root!r} is not a directory", file=sys.stderr)
+    from harness.cli import check_temp_root
+
+    problem = check_temp_root(temp_root)
+    if problem:
+        print(f"sandbox-emulator bench-throughput: {problem}", file=sys.stderr)
         return 2
     all_results: list[LevelResult] = []
     memory: dict[str, dict[str, int]] = {}

@@ -98,6 +98,10 @@ def _options(args: argparse.Namespace) -> GRPOJobOptions:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.json and not Path(args.json).resolve().parent.is_dir():  # found out before training, not after
+        print(f"error: --json {args.json}: no such directory", file=sys.stderr)
+        return 2
+
     def progress(step: int, steps: int, logs: dict[str, Any]) -> None:
         print(step_line(step, steps, logs), file=sys.stderr, flush=True)
 
@@ -111,7 +115,11 @@ def run(args: argparse.Namespace) -> int:
         return 130
     print("\n".join(summary_lines(result)))
     if args.json:
-        Path(args.json).write_text(json.dumps(result_json(result), indent=2, default=str) + "\n")
+        try:
+            Path(args.json).write_text(json.dumps(result_json(result), indent=2, default=str) + "\n")
+        except OSError as exc:  # the summary above is already out; say why the file is not
+            print(f"error: cannot write --json {args.json}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     return 0 if result.ok else 1
 
 

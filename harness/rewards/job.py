@@ -128,13 +128,18 @@ def _train(
 
 def run_grpo_job(options: GRPOJobOptions, progress: StepProgress | None = None) -> GRPOJobResult:
     """Run the job; see :class:`GRPOJobOptions`. Raises :class:`GRPOJobError` for bad options."""
-    for name in options.settings.tasks:
+    settings = options.settings
+    if not settings.tasks:
+        raise GRPOJobError("no task given: name at least one (e.g. --tasks sort_numbers)")
+    for name in settings.tasks:
         try:
             get_task(name)
         except ValueError as exc:
             raise GRPOJobError(str(exc)) from None
-    if options.pool_size < 1 or options.settings.steps < 1 or options.settings.generations < 2:
-        raise GRPOJobError("the pool size and steps must be at least 1, and generations at least 2")
+    if min(options.pool_size, settings.steps, settings.prompts_per_step) < 1 or settings.generations < 2:
+        raise GRPOJobError("the pool size, steps and prompts per step must be at least 1, and generations at least 2")
+    if not options.timeout > 0:
+        raise GRPOJobError(f"the timeout must be a positive number of seconds, got {options.timeout}")
     from daytona import DaytonaConfig
 
     started = time.monotonic()

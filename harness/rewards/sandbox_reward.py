@@ -408,7 +408,6 @@ class SandboxReward:
         self._loop: asyncio.AbstractEventLoop | None = None
         #: How every completion scored so far ended, by kind (see :func:`outcome_kind`).
         self.outcomes: Counter[str] = Counter()
-        self._last_kinds: Counter[str] = Counter()
 
     def __enter__(self) -> SandboxReward:
         self.open()
@@ -491,7 +490,11 @@ class SandboxReward:
 
     async def score_all(self, completions: Sequence[Any], **kwargs: Any) -> list[float]:
         """Rewards for ``completions``, all run concurrently (the backend bounds how many at once)."""
+        rewards, _ = await self._score(completions, kwargs)
+        return rewards
 
+    async def _score(self, completions: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list[float], Counter[str]]:
+        """Rewards for ``completions`` and how each one's scoring ended (counted into :attr:`outcomes` too)."""
         kinds: Counter[str] = Counter()
 
         async def one(i: int, completion: Any) -> float:
@@ -506,8 +509,7 @@ class SandboxReward:
 
         rewards = list(await asyncio.gather(*(one(i, c) for i, c in enumerate(completions))))
         self.outcomes.update(kinds)
-        self._last_kinds = kinds
-        return rewards
+        return rewards, kinds
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         """Score ``completions``. Under TRL (which passes ``log_metric``) also log, per step, the fraction of
@@ -517,10 +519,10 @@ class SandboxReward:
             raise RuntimeError("SandboxReward is not open: use it as a context manager or call open()")
         stats = getattr(self.backend, "stats", None)
         before = (stats.infra_failures, stats.replaced) if isinstance(stats, PoolStats) else None
-        rewards = list(self._run(self.score_all(completions, **kwargs)))
+        scored: tuple[list[float], Counter[str]] = self._run(self._score(completions, kwargs))
+        rewards, kinds = scored
         log_metric = kwargs.get("log_metric")
         if callable(log_metric) and completions:
-            kinds = self._last_kinds
             for kind in OUTCOME_KINDS:
                 log_metric(f"sandbox/{kind}", kinds[kind] / len(completions))
             if before is not None and isinstance(stats, PoolStats):

@@ -31,31 +31,35 @@ def pass_fraction() -> Callable[[str, str], float]:
 
 
 @pytest.fixture
-def daytona_reward(daytona_config: Any) -> Iterator[Callable[..., SandboxReward]]:
-    """A factory of open rewards over a Daytona pool; every one is closed after the test."""
+def open_rewards() -> Iterator[list[SandboxReward]]:
+    """Rewards opened by a test's factory; every one is closed after the test."""
     made: list[SandboxReward] = []
-
-    def make(task: str = "sort_numbers", size: int = 4, timeout: float = 1.0, **pool: Any) -> SandboxReward:
-        reward = SandboxReward(DaytonaPool(size, daytona_config, **pool), task, timeout=timeout)
-        reward.open()
-        made.append(reward)
-        return reward
-
-    yield make
+    yield made
     for reward in made:
         reward.close()
+
+
+def _opened(made: list[SandboxReward], reward: SandboxReward) -> SandboxReward:
+    reward.open()
+    made.append(reward)
+    return reward
 
 
 @pytest.fixture
-def fusion_reward(sandbox_fusion_url: str) -> Iterator[Callable[..., SandboxReward]]:
-    made: list[SandboxReward] = []
+def daytona_reward(daytona_config: Any, open_rewards: list[SandboxReward]) -> Callable[..., SandboxReward]:
+    """A factory of open rewards over a Daytona pool."""
+
+    def make(task: str = "sort_numbers", size: int = 4, timeout: float = 1.0, **pool: Any) -> SandboxReward:
+        return _opened(open_rewards, SandboxReward(DaytonaPool(size, daytona_config, **pool), task, timeout=timeout))
+
+    return make
+
+
+@pytest.fixture
+def fusion_reward(sandbox_fusion_url: str, open_rewards: list[SandboxReward]) -> Callable[..., SandboxReward]:
+    """A factory of open rewards over the emulated Sandbox Fusion."""
 
     def make(task: str = "sort_numbers", timeout: float = 1.0) -> SandboxReward:
-        reward = SandboxReward(FusionBackend(sandbox_fusion_url), task, timeout=timeout)
-        reward.open()
-        made.append(reward)
-        return reward
+        return _opened(open_rewards, SandboxReward(FusionBackend(sandbox_fusion_url), task, timeout=timeout))
 
-    yield make
-    for reward in made:
-        reward.close()
+    return make

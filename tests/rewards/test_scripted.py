@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
@@ -52,10 +51,8 @@ def test_scripted_rewards(
 def test_endless_loop_is_minus_one_after_the_timeout(backend: str, request: pytest.FixtureRequest) -> None:
     make: Callable[..., SandboxReward] = request.getfixturevalue(backend)
     reward = make("sort_numbers", timeout=1.0)
-    start = time.monotonic()
     assert reward(["p"], [LOOPING_SORT]) == [-1.0]
-    took = time.monotonic() - start
-    assert 0.9 <= took < 8.0
+    assert reward.outcomes == {"timeout": 1}  # ended by its time limit, not by an error
     assert reward(["p"], [GOOD_SORT]) == [1.0]  # the pool (or service) still answers afterwards
 
 
