@@ -259,6 +259,10 @@ class Interpreters:
             self._uids.give(uid)
             raise
         context.process, context.uid = process, uid
+        if context.closed:  # the sandbox (or the context) went while the process was starting: it must not run
+            self._stop(context)
+            await process.wait()  # reaped here: nothing is left to the loop's clean-up
+            raise RuntimeError("context deleted")
 
     async def run(
         self, context: Context, code: str, envs: dict[str, str], timeout: float, on_frame: OnFrame
