@@ -385,16 +385,21 @@ class Executor:
             raise ZygoteLost("not started") from None
         deadline = t0 + request.timeout
         timed_out: list[float] = []
-        grace: list[asyncio.TimerHandle] = []
 
         def on_timeout() -> None:
             # Wall clock from our side: kill the group now; the zygote reports the exit (with
             # the output so far) once it is gone, and we stop waiting after a grace period.
-            timed_out.append(time.monotonic())
+            now = time.monotonic()
+            if now < deadline:
+                # uvloop's timers count whole milliseconds and can fire up to one early: a kill
+                # then would end the program before its deadline, and it would read as Finished, -9.
+                timers.append(loop.call_at(loop.time() + (deadline - now), on_timeout))
+                return
+            timed_out.append(now)
             zygote.kill(req_id)
-            grace.append(loop.call_later(_KILL_GRACE, _give_up, pending, unconfirmed))
+            timers.append(loop.call_later(_KILL_GRACE, _give_up, pending, unconfirmed))
 
-        timer = loop.call_at(loop.time() + request.timeout, on_timeout)
+        timers = [loop.call_at(loop.time() + request.timeout, on_timeout)]
         try:
             reply = await pending.exited
         except asyncio.CancelledError:
@@ -407,8 +412,7 @@ class Executor:
         except OSError as exc:  # the zygote could not fork
             return _error_result(str(exc))
         finally:
-            timer.cancel()
-            for handle in grace:
+            for handle in timers:
                 handle.cancel()
         if reply is None:  # killed, but the zygote did not confirm in time
             return ExecutionResult("TimeLimitExceeded", timed_out[0] - t0, None, "", "")
