@@ -7,6 +7,7 @@ subcommands that need verl say so when it is missing.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -85,6 +86,9 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
 
     def announce(base: str) -> None:
+        # Everything loaded so far lives as long as the server: out of the collector's sight, a full collection
+        # no longer walks it (those walks were about a tenth of the server's CPU under load).
+        gc.freeze()
         print(f"Sandbox Fusion  {base}/run_code  {base}/run_jupyter  {base}/v1/ping", flush=True)
         print(f"Daytona         DAYTONA_API_URL={base}/api DAYTONA_API_KEY={daytona_key}", flush=True)
         print(f"Control plane   {base}/_emulator/  (health, reset, faults, journal, stats, decisions)", flush=True)

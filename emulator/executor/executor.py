@@ -233,13 +233,20 @@ class Executor:
                 await zygote.aclose()
             env = {"PATH": self._path_env, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
             env["HOME"] = "/nonexistent"
-            zygote = Zygote(self.config.python, env)
+            private = self.config.private_tmp and self.config.temp_root is None and os.geteuid() == 0
+            zygote = Zygote(self.config.python, env, tempfile.gettempdir() if private else None)
             await zygote.start()
             if self._closed:
                 await zygote.aclose()
                 raise RuntimeError("executor is closed")
             self._zygote = zygote
             return zygote
+
+    @property
+    def private_tmp(self) -> str | None:
+        """The temp root that one-shot runs see as a private tmpfs (see ``ExecutorConfig.private_tmp``), or None."""
+        zygote = self._zygote
+        return zygote.private_tmp if zygote is not None and zygote.alive else None
 
     @property
     def zygote_pid(self) -> int | None:

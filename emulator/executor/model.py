@@ -40,6 +40,11 @@ class ExecutorConfig:
     max_file_size_mb: int = 64
     # Parent of per-execution temp dirs (default: tempfile.gettempdir()).
     temp_root: str | None = None
+    # One-shot runs (the sandbox makes and removes the work dir, as for Sandbox Fusion's Python) see the default
+    # temp root as a private tmpfs, in a mount namespace of their own: the same paths, none of the host's files
+    # there (as in the real server's container), and no disk I/O for their dirs.  Needs root (CAP_SYS_ADMIN); not
+    # with ``temp_root`` set, nor when the runtime Python lives under the temp root.  Other runs see the host's.
+    private_tmp: bool = True
 
 
 @dataclass(frozen=True)

@@ -64,9 +64,13 @@ class Pending:
 class Zygote:
     """A running zygote process and the socket to it."""
 
-    def __init__(self, python: str, env: Mapping[str, str]) -> None:
+    def __init__(self, python: str, env: Mapping[str, str], private_tmp: str | None = None) -> None:
         self._python = python
         self._env = dict(env)
+        self._private_tmp = private_tmp
+        #: The temp root that one-shot work dirs live on privately (a tmpfs in the zygote's own mount
+        #: namespace), None when they are made on the host's.
+        self.private_tmp: str | None = None
         self._loop = asyncio.get_running_loop()
         self._pending: dict[int, Pending] = {}
         self._next_id = 0
@@ -114,11 +118,16 @@ class Zygote:
             raise
         self.pid = int(info["pid"])
         _log.debug("zygote %s ready (python %s)", self.pid, info.get("version"))
+        if self._private_tmp is not None:
+            if info.get("private_tmp") is True:
+                self.private_tmp = self._private_tmp
+            else:
+                _log.info("work dirs on the host's %s: %s", self._private_tmp, info.get("private_tmp"))
 
     def _launch(self, fd: int) -> subprocess.Popen[bytes]:
         """Start the zygote process (a quick fork+exec; it signals readiness on the socket)."""
         return subprocess.Popen(
-            [self._python, ZYGOTE_SCRIPT, str(fd)],
+            [self._python, ZYGOTE_SCRIPT, str(fd), *([self._private_tmp] if self._private_tmp else [])],
             pass_fds=[fd],
             stdin=subprocess.PIPE,
             # Pipes like a child's: forked children reuse the zygote's sys.std* objects.

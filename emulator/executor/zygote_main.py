@@ -216,6 +216,14 @@ _CAP_HEADER = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
 _CAP_DATA = (_CapData * 2)()
 _CAP_DATA[0].effective = _CAP_DATA[0].permitted = _CAP_DATA[0].inheritable = 1 << _CAP_DAC_READ_SEARCH
 _CAP_ARGS = (ctypes.byref(_CAP_HEADER), _CAP_DATA)
+_CLONE_NEWNS = 0x00020000
+_MS_NOSUID = 2
+_MS_NODEV = 4
+_MS_REC = 16384
+_MS_PRIVATE = 1 << 18
+_libc.unshare.argtypes = [ctypes.c_int]
+_libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 _PTHREAD_ATTR_SIZE = 256  # generous: sizeof(pthread_attr_t) is 56 on x86_64/aarch64
 _libc.pthread_attr_init.argtypes = [ctypes.c_void_p]
 _libc.pthread_attr_setstacksize.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
@@ -393,6 +401,10 @@ class _State:
     forks = 0
     root = False
     use_pidfd = False
+    # The host's mount namespace (an fd) while the zygote lives in one of its own with a private temp root (see
+    # _private_tmp); children without a work dir of their own go back to it.
+    host_ns = -1
+    private_tmp_error = ""  # why there is no private temp root ("" when there is one)
 
 
 #: Held here, not in locals, so that a child returning up the stack releases nothing (each release writes, and so
@@ -525,6 +537,40 @@ def _drop_process_privileges() -> None:
     _check(_prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
 
 
+def _private_tmp(root: str) -> str | None:
+    """Move the zygote into a mount namespace of its own, with a fresh tmpfs at ``root``; None, or why not.
+
+    One-shot runs make their work dirs in it: the paths are those of the host's temp root, none of the host's files
+    there are visible (as in the real server's container), and making and removing a dir costs no disk journal.
+    Children without such a dir (Daytona sandboxes, dirs the server made) go back to the host's namespace.
+    """
+    if not os.path.isabs(root) or not os.path.isdir(root):
+        return f"{root!r} is not a directory"
+    real = os.path.realpath(root)
+    for used in (sys.executable, sys.prefix, sys.base_prefix, *sys.path):
+        if not used:
+            continue
+        for path in (os.path.abspath(used), os.path.realpath(used)):
+            if (path + os.sep).startswith((root.rstrip(os.sep) + os.sep, real + os.sep)):
+                return f"the runtime Python uses {used}, under {root}"
+    host = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _check(_libc.unshare(_CLONE_NEWNS), "unshare")
+    except OSError as exc:
+        os.close(host)
+        return str(exc)
+    try:
+        _check(_libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
+        _check(_libc.mount(b"tmpfs", os.fsencode(real), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=1777"), "mount")
+    except OSError as exc:
+        if _libc.setns(host, _CLONE_NEWNS) != 0:
+            os._exit(71)  # stranded in a half-made namespace: let the executor start a fresh zygote
+        os.close(host)
+        return str(exc)
+    _State.host_ns = host
+    return None
+
+
 def _make_workdir(path: str, files: list[tuple[str, bytes, bool]], owner: tuple[int, int] | None) -> None:
     """Create the work dir and its files as the server's Workdir would (then hand them over)."""
     try:
@@ -577,6 +623,8 @@ def _child(plan: _Plan, zygote_pid: int, job: _Job | None) -> _Job | None:
         if _State.wake_r >= 0:
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        if _State.host_ns >= 0 and plan.workdir is None:
+            _check(_libc.setns(_State.host_ns, _CLONE_NEWNS), "setns")
         os.setsid()
         stdin_fd, stdout_fd, stderr_fd = plan.fds
         os.dup2(stdin_fd, 0)
@@ -1301,6 +1349,7 @@ def _serve(sock_fd: int) -> _Job:
             "pid": os.getpid(),
             "version": list(sys.version_info[:3]),
             "executable": sys.executable,
+            "private_tmp": _State.private_tmp_error or True,
         }
     )
     _flush()
@@ -1476,6 +1525,10 @@ def _main(our_depth: int) -> _Job:
     if fresh is not None and 0 < our_depth < fresh:
         _install_recursion_shim(fresh - our_depth)
     sock_fd = int(sys.argv[1])
+    private_tmp = sys.argv[2] if len(sys.argv) > 2 else ""
+    _State.private_tmp_error = "" if private_tmp else "not asked for"
+    if private_tmp:
+        _State.private_tmp_error = _private_tmp(private_tmp) or ""
     if os.geteuid() == 0:
         _drop_process_privileges()
     for name in _PREIMPORT:

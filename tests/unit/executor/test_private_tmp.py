@@ -1,0 +1,134 @@
+"""One-shot runs see the temp root as a private tmpfs; every other run sees the host's.
+
+The real server runs in a container, so its programs see a ``/tmp`` of their own. Here a run whose work dir the
+sandbox makes (``ExecutionRequest.setup``, as Sandbox Fusion's Python runs) gets the same ``/tmp/tmpXXXXXXXX``
+path on a tmpfs mounted in a mount namespace of the zygote's own: the host's files there are hidden. That needs
+root; without it the work dirs stay on the host's temp root.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from emulator.executor import ExecutionRequest, ExecutionResult, Executor, ExecutorConfig
+
+from .conftest import Runner
+
+_LIST_TMP = "import os\nprint(os.getcwd())\nprint(sorted(os.listdir(os.path.dirname(os.getcwd()))))\n"
+
+
+@pytest.fixture
+def host_marker() -> Iterator[str]:
+    """A file on the host's temp root."""
+    path = os.path.join(tempfile.gettempdir(), f"host-marker-{uuid.uuid4().hex}")
+    Path(path).write_text("host")
+    yield os.path.basename(path)
+    os.unlink(path)
+
+
+async def _one_shot(executor: Executor, code: str, fetch: tuple[str, ...] = ()) -> tuple[ExecutionResult, str]:
+    with executor.deferred_workdir() as wd:
+        script = wd.new_script(".py")
+        wd.write_file(os.path.basename(script), code.encode())
+        wd.write_file("given.txt", b"given")
+        wd.fetch = list(fetch)
+        setup = wd.setup()
+        assert setup is not None
+        result = await executor.run(
+            ExecutionRequest(
+                argv=[executor.config.python, script], cwd=wd.path, timeout=10, python_script=script, setup=setup
+            )
+        )
+        wd.complete(result.files, result.workdir_removed)
+        return result, wd.path
+
+
+def test_a_one_shot_run_sees_a_private_temp_root(runner: Runner, host_marker: str) -> None:
+    code = _LIST_TMP + "print(open('given.txt').read())\nopen('made.txt', 'w').write('made')\n"
+    result, path = runner.call(_one_shot(runner.executor, code, fetch=("made.txt",)))
+    assert result.return_code == 0, result.stderr
+    cwd, listing, given = (result.stdout or "").splitlines()
+    assert cwd == path and os.path.dirname(cwd) == tempfile.gettempdir()
+    assert given == "given" and result.files == {"made.txt": b"made"}
+    if os.geteuid() == 0:
+        assert runner.executor.private_tmp == tempfile.gettempdir()
+        assert host_marker not in listing and os.path.basename(path) in listing
+        assert not os.path.exists(path)  # never on the host
+    else:
+        assert runner.executor.private_tmp is None
+        assert host_marker in listing
+    # The next one-shot run finds the first one's dir gone.
+    again, _ = runner.call(_one_shot(runner.executor, _LIST_TMP))
+    assert os.path.basename(path) not in (again.stdout or "")
+
+
+def test_a_run_in_a_dir_made_by_the_server_sees_the_hosts_temp_root(runner: Runner, host_marker: str) -> None:
+    result = runner.run(_LIST_TMP)
+    assert result.return_code == 0, result.stderr
+    assert host_marker in (result.stdout or "")
+
+
+def test_no_private_temp_root_with_an_explicit_one(tmp_path: Path) -> None:
+    async def scenario() -> str | None:
+        executor = Executor(ExecutorConfig(temp_root=str(tmp_path)))
+        await executor.start()
+        try:
+            result, path = await _one_shot(executor, _LIST_TMP)
+            assert result.return_code == 0, result.stderr
+            assert os.path.dirname(path) == str(tmp_path)
+            return executor.private_tmp
+        finally:
+            await executor.aclose()
+
+    assert asyncio.run(scenario()) is None
+
+
+def test_no_private_temp_root_when_the_runtime_python_lives_under_it(
+    tmp_path: Path, host_marker: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A runtime under the temp root would vanish for the program: the work dirs stay on the host's."""
+    python = tmp_path / "python3"
+    python.symlink_to(ExecutorConfig().python)
+    assert str(tmp_path).startswith(tempfile.gettempdir() + os.sep)
+
+    async def scenario() -> tuple[str | None, ExecutionResult]:
+        executor = Executor(ExecutorConfig(python=str(python)))
+        await executor.start()
+        try:
+            result, _ = await _one_shot(
+                executor,
+                _LIST_TMP + "import sys, subprocess\nsubprocess.run([sys.executable, '-c', 'print(7)'], check=True)\n",
+            )
+            return executor.private_tmp, result
+        finally:
+            await executor.aclose()
+
+    with caplog.at_level(logging.INFO, logger="emulator.executor"):
+        private, result = asyncio.run(scenario())
+    assert private is None
+    assert result.return_code == 0, result.stderr
+    assert host_marker in (result.stdout or "") and "7" in (result.stdout or "").splitlines()
+    if os.geteuid() == 0:
+        assert any("the runtime Python uses" in r.getMessage() for r in caplog.records)
+
+
+def test_private_tmp_can_be_turned_off(host_marker: str) -> None:
+    async def scenario() -> tuple[str | None, ExecutionResult]:
+        executor = Executor(ExecutorConfig(private_tmp=False))
+        await executor.start()
+        try:
+            result, _ = await _one_shot(executor, _LIST_TMP)
+            return executor.private_tmp, result
+        finally:
+            await executor.aclose()
+
+    private, result = asyncio.run(scenario())
+    assert private is None and host_marker in (result.stdout or "")
