@@ -21,7 +21,7 @@ from typing import Any
 
 _log = logging.getLogger(__name__)
 
-ZYGOTE_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote_main.py")
+ZYGOTE_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote_boot.py")
 _READY_TIMEOUT = 30.0
 _RECV_SIZE = 1 << 20
 _HDR = struct.Struct("<II")

@@ -22,8 +22,9 @@ blobs whose lengths the header lists under ``"b"`` (stdin, file contents, captur
 Setup failures in a child (before the program runs) are written, one atomic write each, to a
 status pipe shared by all children, keyed by pid.
 
-In the fast path the user's code is executed at this module's top level (see the bottom of
-the file) so that the call stack above the user's ``<module>`` frame is as short as possible.
+It is started by ``zygote_boot.py``, which imports this module from its cached bytecode and, in
+the fast path, executes the user's code at its own top level, so that the call stack above the
+user's ``<module>`` frame is as short as possible.
 Everything the child needs is prepared here before the fork (the interpreter state, the
 compiled code, the environment, the rlimits): work done in the child is paid again in
 copy-on-write page faults, work done here is not.
@@ -56,8 +57,10 @@ import types
 import warnings
 from typing import Any, NoReturn
 
-_SELF_FILE = __file__
-_SELF_MODULE = sys.modules[__name__]
+#: Our two files: their frames are not the program's (see _print_exception).
+_SELF_FILES = frozenset({__file__, getattr(sys.modules["__main__"], "__file__", __file__)})
+#: The __main__ the zygote runs as (zygote_boot), put back after each batch of forks.
+_SELF_MODULE = sys.modules["__main__"]
 _BASE_PATH = list(sys.path)
 _HDR = struct.Struct("<II")
 _STATUS_HDR = struct.Struct("<II")
@@ -1427,7 +1430,7 @@ def _exit_code_of(exc: SystemExit) -> int:
 def _print_exception(exc: BaseException) -> None:
     """Display an uncaught exception via sys.excepthook without the zygote's own frames."""
     tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == _SELF_FILE:
+    while tb is not None and tb.tb_frame.f_code.co_filename in _SELF_FILES:
         tb = tb.tb_next
     exc.__traceback__ = tb
     sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, tb
@@ -1538,18 +1541,3 @@ def _main(our_depth: int) -> _Job:
     if hasattr(gc, "freeze"):
         gc.freeze()
     return _serve(sock_fd)
-
-
-if __name__ == "__main__":
-    # Calibrate at module level: the same stack depth at which user code is exec'd below.
-    _calibration: dict[str, Any] = {}
-    exec(compile(_CALIBRATE_SRC, "<calibrate>", "exec"), _calibration)
-    _job = _main(int(_calibration.pop("depth")))
-    del _calibration
-    _exc = _job.error
-    if _exc is None and _job.code is not None:
-        try:
-            exec(_job.code, _job.namespace)
-        except BaseException as _e:
-            _exc = _e
-    _finish(_exc, _job)

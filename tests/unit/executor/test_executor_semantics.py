@@ -225,12 +225,13 @@ def test_argv_path_cwd_and_main_module(runner: Runner) -> None:
         "print(__name__, __spec__, __package__, __cached__, type(__loader__).__name__, type(__builtins__).__name__)\n"
         "print(list(globals()))\n"
         "import __main__; print(__main__.__dict__ is globals())\n"
+        "print([name for name in sys.modules if 'zygote' in name])\n"
     )
     got = runner.run(code)
     assert got.stdout == (
         "True True True\n__main__ None None None SourceFileLoader module\n"
         "['__name__', '__doc__', '__package__', '__loader__', '__spec__', '__annotations__', '__builtins__', "
-        "'__file__', '__cached__', 'sys', 'os']\nTrue\n"
+        "'__file__', '__cached__', 'sys', 'os']\nTrue\n[]\n"
     )
 
 
