@@ -556,22 +556,44 @@ def _private_tmp(root: str) -> str | None:
         for path in (os.path.abspath(used), os.path.realpath(used)):
             if (path + os.sep).startswith((root.rstrip(os.sep) + os.sep, real + os.sep)):
                 return f"the runtime Python uses {used}, under {root}"
-    host = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    # A helper process makes the namespace, so that a step that fails leaves the zygote where it was.
+    status_r, status_w = os.pipe2(os.O_CLOEXEC)
+    hold_r, hold_w = os.pipe2(os.O_CLOEXEC)
+    helper = os.fork()
+    if helper == 0:
+        try:
+            os.close(status_r)
+            os.close(hold_w)
+            _check(_libc.unshare(_CLONE_NEWNS), "unshare")
+            _check(_libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
+            _check(_libc.mount(b"tmpfs", os.fsencode(real), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=1777"), "mount")
+            os.write(status_w, b"ok")
+            os.read(hold_r, 1)  # until the zygote has moved in
+        except BaseException as exc:
+            with contextlib.suppress(BaseException):
+                os.write(status_w, str(exc).encode("utf-8", "replace")[:4000])
+        os._exit(0)
+    os.close(status_w)
+    os.close(hold_r)
     try:
-        _check(_libc.unshare(_CLONE_NEWNS), "unshare")
-    except OSError as exc:
-        os.close(host)
-        return str(exc)
-    try:
-        _check(_libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
-        _check(_libc.mount(b"tmpfs", os.fsencode(real), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=1777"), "mount")
-    except OSError as exc:
-        if _libc.setns(host, _CLONE_NEWNS) != 0:
-            os._exit(71)  # stranded in a half-made namespace: let the executor start a fresh zygote
-        os.close(host)
-        return str(exc)
-    _State.host_ns = host
-    return None
+        answer = os.read(status_r, 4096).decode("utf-8", "replace")
+        if answer != "ok":
+            return answer or "the namespace helper died"
+        host = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        private = os.open(f"/proc/{helper}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _check(_libc.setns(private, _CLONE_NEWNS), "setns")
+        except OSError as exc:
+            os.close(host)
+            return str(exc)
+        finally:
+            os.close(private)
+        _State.host_ns = host
+        return None
+    finally:
+        os.close(status_r)
+        os.close(hold_w)
+        os.waitpid(helper, 0)
 
 
 def _make_workdir(path: str, files: list[tuple[str, bytes, bool]], owner: tuple[int, int] | None) -> None:
