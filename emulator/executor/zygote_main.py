@@ -1551,8 +1551,9 @@ def _preimport() -> None:
     """Import _PREIMPORT, with ``random``'s after-fork reseed swapped for a cheaper call of the same C seeding.
 
     ``random`` registers ``_inst.seed`` to run in every forked child. That Python-level method touches about 30 pages
-    that each child then copies (about 0.1 ms); the child calls the C ``seed`` itself instead (see ``_reseed``), which
-    is what the method does for a seed of None (``gauss_next`` is None here already), and only when it runs a program.
+    that each child then copies (about 0.1 ms); a fast-path child calls the C ``seed`` itself instead (``_RESEED``, in
+    ``_child``), which is what the method does for a seed of None (``gauss_next`` is None here already). A child that
+    execs does not reseed at all.
     """
     real = os.register_at_fork
     held: list[dict[str, Any]] = []
