@@ -1521,12 +1521,17 @@ def _finish(exc: BaseException | None, job: _Job) -> NoReturn:
             code = 1
             sigint = isinstance(exc, KeyboardInterrupt)
         exc = None
+    # try/except rather than contextlib.suppress: each object touched here is a page the child copies.
     threading = sys.modules.get("threading")
     if threading is not None:
-        with contextlib.suppress(BaseException):
+        try:  # noqa: SIM105
             threading._shutdown()
-    with contextlib.suppress(BaseException):
+        except BaseException:
+            pass
+    try:  # noqa: SIM105
         atexit._run_exitfuncs()
+    except BaseException:
+        pass
     if not _flush_std():
         code = 120
     try:
