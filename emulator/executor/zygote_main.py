@@ -219,6 +219,7 @@ _CAP_HEADER = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
 _CAP_DATA = (_CapData * 2)()
 _CAP_DATA[0].effective = _CAP_DATA[0].permitted = _CAP_DATA[0].inheritable = 1 << _CAP_DAC_READ_SEARCH
 _CAP_ARGS = (ctypes.byref(_CAP_HEADER), _CAP_DATA)
+_SIGKILL = int(signal.SIGKILL)  # a plain int: the enum member would be one more object (page) a child touches
 _CLONE_NEWNS = 0x00020000
 _MS_NOSUID = 2
 _MS_NODEV = 4
@@ -655,10 +656,8 @@ def _child(plan: _Plan, zygote_pid: int, job: _Job | None) -> _Job | None:
         os.dup2(stdin_fd, 0)
         os.dup2(stdout_fd, 1)
         os.dup2(stderr_fd, 2)
-        # The zygote's fds: the epoll object is closed through its object (no Python object
-        # may be left that would close an fd number later reused by user code), the rest
-        # are plain numbers.
-        _State.epoll.close()
+        # The zygote's fds, the epoll object's included: it is referenced by _State until os._exit, so it never closes
+        # its (by then reused) fd number itself. Closing it here as a number touches no object.
         status_w = _State.status_w
         os.closerange(3, status_w)
         os.closerange(status_w + 1, _MAX_FD)
@@ -687,7 +686,7 @@ def _child(plan: _Plan, zygote_pid: int, job: _Job | None) -> _Job | None:
                 with contextlib.suppress(OSError):
                     os.kill(-1, signal.SIGKILL)
         # Die with the zygote (set after the uid change, which clears it).
-        _check(_prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "PR_SET_PDEATHSIG")
+        _check(_prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0), "PR_SET_PDEATHSIG")
         if os.getppid() != zygote_pid:
             os._exit(1)
         if job is None:
