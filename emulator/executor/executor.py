@@ -234,7 +234,9 @@ class Executor:
             env = {"PATH": self._path_env, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
             env["HOME"] = "/nonexistent"
             private = self.config.private_tmp and self.config.temp_root is None and os.geteuid() == 0
-            zygote = Zygote(self.config.python, env, tempfile.gettempdir() if private else None)
+            zygote = Zygote(
+                self.config.python, env, tempfile.gettempdir() if private else None, self.config.private_tmp_max_age
+            )
             await zygote.start()
             if self._closed:
                 await zygote.aclose()

@@ -45,6 +45,9 @@ class ExecutorConfig:
     # there (as in the real server's container), and no disk I/O for their dirs.  Needs root (CAP_SYS_ADMIN); not
     # with ``temp_root`` set, nor when the runtime Python lives under the temp root.  Other runs see the host's.
     private_tmp: bool = True
+    # What programs leave in that private temp root outside their work dirs is memory: it is removed once nothing in
+    # it changed for this many seconds (checked every minute, or every half of this when shorter).
+    private_tmp_max_age: float = 600.0
 
 
 @dataclass(frozen=True)

@@ -64,10 +64,13 @@ class Pending:
 class Zygote:
     """A running zygote process and the socket to it."""
 
-    def __init__(self, python: str, env: Mapping[str, str], private_tmp: str | None = None) -> None:
+    def __init__(
+        self, python: str, env: Mapping[str, str], private_tmp: str | None = None, private_tmp_max_age: float = 600.0
+    ) -> None:
         self._python = python
         self._env = dict(env)
         self._private_tmp = private_tmp
+        self._private_tmp_max_age = private_tmp_max_age
         #: The temp root that one-shot work dirs live on privately (a tmpfs in the zygote's own mount
         #: namespace), None when they are made on the host's.
         self.private_tmp: str | None = None
@@ -127,7 +130,12 @@ class Zygote:
     def _launch(self, fd: int) -> subprocess.Popen[bytes]:
         """Start the zygote process (a quick fork+exec; it signals readiness on the socket)."""
         return subprocess.Popen(
-            [self._python, ZYGOTE_SCRIPT, str(fd), *([self._private_tmp] if self._private_tmp else [])],
+            [
+                self._python,
+                ZYGOTE_SCRIPT,
+                str(fd),
+                *([self._private_tmp, repr(self._private_tmp_max_age)] if self._private_tmp else []),
+            ],
             pass_fds=[fd],
             stdin=subprocess.PIPE,
             # Pipes like a child's: forked children reuse the zygote's sys.std* objects.

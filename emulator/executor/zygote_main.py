@@ -409,6 +409,9 @@ class _State:
     # _private_tmp); children without a work dir of their own go back to it.
     host_ns = -1
     private_tmp_error = ""  # why there is no private temp root ("" when there is one)
+    sweep_root = ""  # the private temp root, swept of what programs leave there (see _sweep_private_tmp)
+    sweep_age = 600.0
+    next_sweep = 0.0
 
 
 #: Held here, not in locals, so that a child returning up the stack releases nothing (each release writes, and so
@@ -1193,6 +1196,60 @@ def _remove_workdir(path: str, created: list[str]) -> bool:
     return _rmtree(path)
 
 
+def _newest_change(path: str, limit: int = 10000) -> float:
+    """The latest mtime in a tree (links not followed); infinity past ``limit`` entries (kept, then)."""
+    newest = 0.0
+    stack = [path]
+    seen = 0
+    while stack:
+        current = stack.pop()
+        try:
+            info = os.lstat(current)
+        except OSError:
+            continue
+        newest = max(newest, info.st_mtime)
+        seen += 1
+        if seen > limit:
+            return float("inf")
+        if stat.S_ISDIR(info.st_mode):
+            with contextlib.suppress(OSError), os.scandir(current) as listing:
+                stack.extend(entry.path for entry in listing)
+    return newest
+
+
+def _sweep_private_tmp(root: str, keep: set[str], cutoff: float) -> int:
+    """Remove what programs left at the top of the private temp root that nothing changed since ``cutoff`` (wall
+    clock), but for ``keep`` (the live work dirs' names). It is memory: without this, files that programs leave
+    outside their work dirs would pile up for as long as the warm interpreter lives. Returns how many went."""
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return 0
+    removed = 0
+    for entry in entries:
+        if entry.name in keep or _newest_change(entry.path) >= cutoff:
+            continue
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                removed += _rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+                removed += 1
+        except OSError:
+            pass
+    return removed
+
+
+def _sweep_due(now: float) -> None:
+    """Sweep the private temp root when its time has come (see _sweep_private_tmp)."""
+    if _State.host_ns < 0 or now < _State.next_sweep:
+        return
+    age = _State.sweep_age
+    _State.next_sweep = now + min(60.0, age / 2)
+    keep = {os.path.basename(c.workdir["path"]) for c in _State.by_id.values() if c.workdir is not None}
+    _sweep_private_tmp(_State.sweep_root, keep, time.time() - age)
+
+
 def _rmtree(root: str) -> bool:
     """Remove a tree (iteratively, never following links), fixing permissions on the way."""
     stack = [(root, False)]
@@ -1385,6 +1442,11 @@ def _serve(sock_fd: int) -> _Job:
         timeout = -1.0
         if lingering:
             timeout = max(min(c.deadline for c in lingering) - time.monotonic(), 0.0)
+        if _State.host_ns >= 0:
+            now = time.monotonic()
+            _sweep_due(now)
+            until_sweep = max(_State.next_sweep - now, 0.0)
+            timeout = until_sweep if timeout < 0 else min(timeout, until_sweep)
         try:
             events = epoll.poll(timeout)
         except InterruptedError:
@@ -1594,6 +1656,10 @@ def _main(our_depth: int) -> _Job:
     _State.private_tmp_error = "" if private_tmp else "not asked for"
     if private_tmp:
         _State.private_tmp_error = _private_tmp(private_tmp) or ""
+        _State.sweep_root = private_tmp
+        if len(sys.argv) > 3:
+            _State.sweep_age = float(sys.argv[3])
+        _State.next_sweep = time.monotonic() + min(60.0, _State.sweep_age / 2)
     if os.geteuid() == 0:
         _drop_process_privileges()
     _preimport()

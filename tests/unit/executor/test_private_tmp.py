@@ -132,3 +132,64 @@ def test_private_tmp_can_be_turned_off(host_marker: str) -> None:
 
     private, result = asyncio.run(scenario())
     assert private is None and host_marker in (result.stdout or "")
+
+
+def test_the_sweep_removes_only_stale_leftovers(tmp_path: Path) -> None:
+    """What programs leave outside their work dirs goes once nothing in it changed for the age; live dirs stay."""
+    from emulator.executor import zygote_main
+
+    now = 1_000_000.0
+    old, fresh = now - 100, now - 1
+
+    def made(path: Path, when: float, is_dir: bool = False) -> Path:
+        path.mkdir() if is_dir else path.write_text("x")
+        os.utime(path, (when, when))
+        return path
+
+    made(tmp_path / "old.txt", old)
+    old_tree = made(tmp_path / "old-tree", old, is_dir=True)
+    made(old_tree / "inside", old)
+    os.utime(old_tree, (old, old))
+    busy_tree = made(tmp_path / "busy-tree", old, is_dir=True)
+    made(made(busy_tree / "deep", old, is_dir=True) / "new", fresh)
+    os.utime(busy_tree / "deep", (old, old))
+    os.utime(busy_tree, (old, old))
+    made(tmp_path / "fresh.txt", fresh)
+    made(tmp_path / "tmplive0000", old, is_dir=True)
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    os.utime(tmp_path / "dangling", (old, old), follow_symlinks=False)
+
+    removed = zygote_main._sweep_private_tmp(str(tmp_path), {"tmplive0000"}, cutoff=now - 50)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["busy-tree", "fresh.txt", "tmplive0000"]
+    assert removed == 3
+    assert (busy_tree / "deep" / "new").exists()
+
+
+def test_leftovers_stay_for_later_runs_until_stale_and_live_dirs_stay(host_marker: str) -> None:
+    name = f"left-{uuid.uuid4().hex}.txt"
+
+    async def scenario() -> None:
+        executor = Executor(ExecutorConfig(private_tmp_max_age=0.5))
+        await executor.start()
+        try:
+            wrote, _ = await _one_shot(executor, f"open('/tmp/{name}', 'w').write('kept')\n")
+            assert wrote.return_code == 0, wrote.stderr
+            if executor.private_tmp is None:
+                assert os.geteuid() != 0
+                os.unlink(os.path.join(tempfile.gettempdir(), name))
+                return
+            read, _ = await _one_shot(executor, f"print(open('/tmp/{name}').read())\n")
+            assert read.stdout == "kept\n"  # a later run finds it, as in the real server's container
+            # A run that outlives the age without touching its dir keeps it.
+            slow, _ = await _one_shot(
+                executor, "import os, time\ntime.sleep(1.5)\nprint(os.path.exists(__file__), os.getcwd())\n"
+            )
+            assert (slow.stdout or "").startswith("True /tmp/tmp"), slow.stdout
+            # By now the leftover is a second older than the age, and the sweep runs every quarter of a second.
+            listed, _ = await _one_shot(executor, "import os\nprint(sorted(os.listdir('/tmp')))\n")
+            assert listed.return_code == 0, listed.stderr
+            assert name not in (listed.stdout or "")
+        finally:
+            await executor.aclose()
+
+    asyncio.run(scenario())
