@@ -107,6 +107,10 @@ class Executor:
             base = None
         if base is not None and euid != 0:
             raise ValueError("sandbox_uid needs the emulator to run as root")
+        if not self.config.private_tmp_max_age > 0:  # also NaN
+            raise ValueError(
+                f"private_tmp_max_age must be a positive number of seconds, not {self.config.private_tmp_max_age!r}"
+            )
         self._uid_lock: int | None = None
         self._uid_block: int | None = None
         if base is not None and self.config.sandbox_uid_count > 1:

@@ -193,3 +193,9 @@ def test_leftovers_stay_for_later_runs_until_stale_and_live_dirs_stay(host_marke
             await executor.aclose()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("age", [0.0, -1.0, float("nan")])
+def test_a_max_age_that_is_not_positive_is_refused(age: float) -> None:
+    with pytest.raises(ValueError, match="private_tmp_max_age must be a positive number"):
+        Executor(ExecutorConfig(private_tmp_max_age=age))
