@@ -15,8 +15,11 @@ import zygote_main as _zygote  # type: ignore[import-not-found]  # sys.path[0] i
 del sys.modules["zygote_main"]  # not among the modules a program finds imported
 _calibration: dict[str, int] = {}
 exec(compile(_zygote._CALIBRATE_SRC, "<calibrate>", "exec"), _calibration)
-_job = _zygote._main(int(_calibration.pop("depth")))
+_zygote._main(int(_calibration.pop("depth")))
 del _calibration
+_job = None
+while _job is None:  # the serving loop; in a forked child a turn returns the program to run
+    _job = _zygote._serve_once()
 _exc = _job.error
 if _exc is None and _job.code is not None:
     try:
