@@ -463,3 +463,31 @@ def test_child_processes_inherit_each_runs_own_environment(runner: Runner) -> No
     for got, _ in runner.call(together()):
         assert got.return_code == 0, got.stderr
         assert got.stdout == "True\n"
+
+
+def test_a_burst_forked_together_keeps_every_run_apart(runner: Runner) -> None:
+    """The zygote forks the spawns that arrive together in one tight loop: in a burst of 80 programs each still gets
+    its own stdin, stdout, stderr and environment, sees no other run's pipes, and the zygote keeps none of their fds
+    open afterwards."""
+    code = (
+        "import os, sys\n"
+        "data = sys.stdin.read()\n"
+        "print(data, os.environ['EXTRA'], sorted(os.listdir('/proc/self/fd')))\n"
+        "print('err', data, file=sys.stderr)\n"
+    )
+
+    async def burst() -> list[tuple[ExecutionResult, bytes | None]]:
+        return await asyncio.gather(
+            *(runner.arun(code, stdin=f"in{i}".encode(), extra_env={"EXTRA": f"env{i}"}) for i in range(80))
+        )
+
+    runner.run("pass")  # the zygote is up
+    zygote = runner.executor.zygote_pid
+    fds_before = len(os.listdir(f"/proc/{zygote}/fd")) if zygote else 0
+    for i, (got, _) in enumerate(runner.call(burst())):
+        assert got.return_code == 0, got.stderr
+        assert got.stdout == f"in{i} env{i} ['0', '1', '2', '3']\n"
+        assert got.stderr == f"err in{i}\n"
+    if zygote:
+        assert runner.executor.zygote_pid == zygote
+        assert len(os.listdir(f"/proc/{zygote}/fd")) == fds_before
