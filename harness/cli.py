@@ -135,6 +135,13 @@ def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
     bench.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     bench.add_argument("--python", metavar="PATH", help="runtime interpreter for submitted Python")
     bench.add_argument("--temp-root", metavar="DIR", help="parent of the emulator's per-run work dirs (see serve)")
+    bench.add_argument(
+        "--client",
+        default="lean",
+        choices=["lean", "aiohttp"],
+        help="load generator: lean (a bare keep-alive HTTP/1.1 client, the least CPU taken from the emulator) or "
+        "aiohttp (default: lean)",
+    )
     bench.set_defaults(func=_bench)
 
     daytona = sub.add_parser("bench-daytona", help="Daytona through the real SDK: creates/s, code_run/s, peak RSS")

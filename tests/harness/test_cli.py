@@ -87,3 +87,20 @@ def test_bad_python_port_and_temp_root() -> None:
 def test_bench_rejects_bad_levels() -> None:
     result = _run("bench-throughput", "--concurrency", "x")
     assert result.returncode == 2 and "--concurrency" in result.stderr
+
+
+def test_bench_throughput_runs_end_to_end_with_either_client(tmp_path: Path) -> None:
+    """A tiny run of each load generator: every answer checked, figures in the table and the JSON."""
+    import json
+
+    for client in ("lean", "aiohttp"):
+        out = tmp_path / f"{client}.json"
+        result = _run(
+            "bench-throughput", "--modes", "fast", "--concurrency", "3", "--requests", "9", "--client", client,
+            "--json", str(out),
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert re.search(r"^fast\s+3\s+9\s+0\s+\d+\.\d$", result.stdout, re.MULTILINE), result.stdout
+        (level,) = json.loads(out.read_text())["levels"]
+        assert (level["ok"], level["errors"]) == (9, 0)
+    assert _run("bench-throughput", "--client", "httpx").returncode == 2
