@@ -417,8 +417,10 @@ class _State:
 #: Held here, not in locals, so that a child returning up the stack releases nothing (each release writes, and so
 #: copies, a page); and written by item, never as class attributes, whose assignment between two forks costs about
 #: 25 page copies (the type's caches are invalidated): [0] the poll's last event list, [1] the batch being forked,
-#: [2] the children forked but not yet registered.
-_HELD: list[Any] = [None, None, []]
+#: [2] the children forked but not yet registered, [3] the children completed in this turn of the serving loop (freed
+#: after its forks: memory freed before a fork is where its child's new objects go, each in a page it then copies;
+#: about 8 pages per child).
+_HELD: list[Any] = [None, None, [], []]
 
 _K_SOCK, _K_OUT, _K_ERR, _K_PIDFD, _K_STDIN, _K_WAKE = range(6)
 
@@ -1101,7 +1103,8 @@ def _drain_status() -> None:
 
 
 def _complete(child: _Child) -> None:
-    """Report the exit with the captured output (and fetched files); forget the child."""
+    """Report the exit with the captured output (and fetched files); forget the child (at the end of the turn)."""
+    _HELD[3].append(child)
     _State.by_id.pop(child.req_id, None)
     blobs: list[bytes] = []
     for stream in (child.out, child.err):
@@ -1461,18 +1464,14 @@ def _serve_once() -> _Job | None:
     _HELD[0] = events
     now = time.monotonic()
     handlers = _State.handlers
+    sock_events = 0
     for fd, _ev in events:
         entry = handlers.get(fd)
         if entry is None:
             continue
         kind, child = entry
         if kind == _K_SOCK:
-            if _ev & select.EPOLLOUT:
-                _flush()
-            if _ev & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
-                job = _handle_socket()
-                if job is not None:
-                    return job
+            sock_events = _ev  # after the others (see below)
         elif kind == _K_OUT:
             _read_stream(child.out)
         elif kind == _K_ERR:
@@ -1495,8 +1494,21 @@ def _serve_once() -> _Job | None:
             if (not child.out.reading and not child.err.reading) or child.deadline <= now:
                 lingering.remove(child)
                 _complete(child)
+    # The results go out before the requests that came with them are forked: forking a batch takes a while (tens of
+    # ms at concurrency 128, the children competing for the cores), and a result held back that long holds back the
+    # server, its client and so the next requests: the two sides would take turns, leaving a core idle.
     if _State.outbuf:
         _flush()
+    if sock_events:
+        if sock_events & select.EPOLLOUT:
+            _flush()
+        if sock_events & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
+            job = _handle_socket()
+            if job is not None:
+                return job
+            if _State.outbuf:
+                _flush()
+    _HELD[3].clear()
     return None
 
 
