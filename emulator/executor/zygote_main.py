@@ -311,12 +311,14 @@ class _Plan:
     __slots__ = (
         "cwd",
         "failure",
-        "fds",
         "gid",
         "nproc_own",
         "presweep",
         "req",
         "rlimits",
+        "stderr_fd",
+        "stdin_fd",
+        "stdout_fd",
         "sweep",
         "thread_stack",
         "uid",
@@ -325,7 +327,9 @@ class _Plan:
 
     def __init__(self) -> None:
         self.req: dict[str, Any] = {}
-        self.fds: tuple[int, int, int] = (-1, -1, -1)
+        # The child's ends of its pipes: three ints, not a tuple, which would be a tracked object made after the
+        # batch's gc.freeze() (see _fork_run): each child's collection would walk those of its batch.
+        self.stdin_fd = self.stdout_fd = self.stderr_fd = -1
         self.cwd = "/"
         self.rlimits: list[tuple[int, tuple[int, int]]] = []
         self.nproc_own = 0
@@ -420,6 +424,11 @@ class _State:
 #: [2] the children forked but not yet registered, [3] the children completed in this turn of the serving loop (freed
 #: after its forks: memory freed before a fork is where its child's new objects go, each in a page it then copies;
 #: about 8 pages per child).
+#: The zygote's pid (set at start; a child compares it with its parent's).
+_ZYGOTE_PID = [0]
+_HAS_ORIG_ARGV = hasattr(sys, "orig_argv")
+_SWAP_OS_ENVIRON = isinstance(getattr(os.environ, "_data", None), dict)
+
 _HELD: list[Any] = [None, None, [], []]
 
 _K_SOCK, _K_OUT, _K_ERR, _K_PIDFD, _K_STDIN, _K_WAKE = range(6)
@@ -657,10 +666,9 @@ def _child(plan: _Plan, zygote_pid: int, job: _Job | None) -> _Job | None:
         if _State.host_ns >= 0 and plan.workdir is None:
             _check(_libc.setns(_State.host_ns, _CLONE_NEWNS), "setns")
         os.setsid()
-        stdin_fd, stdout_fd, stderr_fd = plan.fds
-        os.dup2(stdin_fd, 0)
-        os.dup2(stdout_fd, 1)
-        os.dup2(stderr_fd, 2)
+        os.dup2(plan.stdin_fd, 0)
+        os.dup2(plan.stdout_fd, 1)
+        os.dup2(plan.stderr_fd, 2)
         # The zygote's fds, the epoll object's included: it is referenced by _State until os._exit, so it never closes
         # its (by then reused) fd number itself. Closing it here as a number touches no object.
         status_w = _State.status_w
@@ -737,27 +745,13 @@ class _Environ:
         self.data = {encode(k): encode_value(v) for k, v in env.items()}
 
 
-#: The environment installed last; kept alive because the C ``environ`` points into it.
-_CURRENT_ENVIRON: list[_Environ] = []
-
-
-def _set_environ(environ: _Environ) -> None:
-    """Make the C environ and os.environ hold exactly ``environ`` (inherited by the next fork): two pointer swaps,
-    no allocation. The zygote itself never reads its environment."""
-    _ENVIRON.value = environ.address
-    if _CURRENT_ENVIRON:
-        _CURRENT_ENVIRON[0] = environ
-    else:
-        _CURRENT_ENVIRON.append(environ)
-    if isinstance(getattr(os.environ, "_data", None), dict):
-        os.environ._data = environ.data  # type: ignore[attr-defined]
-    else:  # pragma: no cover - other implementations
-        os.environ.clear()
-        os.environ.update(environ.env)
+#: The environment installed last (the C ``environ`` points into it, so it is kept alive here): installed by
+#: :func:`_fork_run` with two pointer swaps, no allocation. The zygote itself never reads its environment.
+_CURRENT_ENVIRON: list[_Environ | None] = [None]
 
 
 def _build_main(req: dict[str, Any], source: bytes | None) -> _Main:
-    """Everything :func:`_enter_main` installs for one fast-path child, built without touching the interpreter's
+    """Everything :func:`_fork_run` installs for one fast-path child, built without touching the interpreter's
     state (so a whole batch is built before its first fork)."""
     path: str = req["script"]
     main = _Main()
@@ -784,21 +778,6 @@ def _build_main(req: dict[str, Any], source: bytes | None) -> _Main:
         code, error = _compile(source, path)
         main.job = _Job(namespace, code, error, argv0)
     return main
-
-
-def _enter_main(main: _Main) -> _Job:
-    """Make this interpreter look like ``python <script>`` just started (inherited by the next fork). Only
-    assignments: each page written here is copied again after the next fork."""
-    sys.argv = main.argv
-    if hasattr(sys, "orig_argv"):
-        sys.orig_argv = main.orig_argv
-    sys.path = main.path  # a list of its own, as in a fresh interpreter
-    assert main.environ is not None and main.module is not None
-    _set_environ(main.environ)
-    sys.modules["__main__"] = main.module
-    job = main.job
-    assert job is not None
-    return job
 
 
 def _compile(source: bytes, path: str) -> tuple[types.CodeType | None, BaseException | None]:
@@ -870,50 +849,71 @@ def _prepare(req: dict[str, Any], blobs: list[bytes]) -> _Prepared:
     return prepared
 
 
-def _fork(prepared: _Prepared) -> _Job | _Prepared | None:
-    """Fork the child of ``prepared``: its job inside a fast-path child; in the zygote, ``prepared`` for
-    :func:`_register` (None when the spawn failed, which is already reported).
+def _fork_run(run: list[_Prepared]) -> _Job | None:
+    """Fork the children of consecutive spawn requests; their job inside a fast-path child, None in the zygote (the
+    forked ones are left in ``_HELD[2]`` for :func:`_register`).
 
     Every fork makes each page of the zygote shared again, so each page the zygote writes before the next fork costs
-    a copy-on-write fault: between two forks of a batch the zygote only installs the child's ``__main__``, makes
-    the pipes and forks."""
-    plan = prepared.plan
-    pipes: list[int] = []
-    try:
-        in_r, in_w = os.pipe2(os.O_CLOEXEC)
-        pipes += (in_r, in_w)
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        pipes += (out_r, out_w)
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        pipes += (err_r, err_w)
-    except OSError as exc:
-        for fd in pipes:
-            os.close(fd)
-        _send({"op": "spawn_failed", "id": prepared.req_id, "error": f"pipe failed: {exc}"})
-        return None
-    plan.fds = (in_r, out_w, err_w)
-    job = None if prepared.main is None else _enter_main(prepared.main)
-    zygote_pid = os.getpid()
-    # Objects made since the last fork are the child's business only: keep its gc.collect()
-    # (and every automatic collection) away from the zygote's heap.
+    a copy-on-write fault (about 2 us on a VM). So the collector is frozen once, before the first fork (objects made
+    since are the child's business only: its gc.collect() stays away from the zygote's heap; nothing the loop makes
+    is tracked), and between two forks the zygote only makes the pipes, installs the child's ``__main__`` (inline:
+    each call is a frame written) and forks.
+    """
     gc.freeze()
-    if job is not None:
-        job.gc_counts = gc.get_count()[1:]
-    try:
-        pid = os.fork()
-    except OSError as exc:
-        for fd in pipes:
-            os.close(fd)
-        sys.modules["__main__"] = _SELF_MODULE
-        _send({"op": "spawn_failed", "id": prepared.req_id, "error": f"fork failed: {exc}"})
-        return None
-    if pid == 0:
-        return _child(plan, zygote_pid, job)
-    os.close(in_r)
-    os.close(out_w)
-    os.close(err_w)
-    prepared.pid, prepared.in_w, prepared.out_r, prepared.err_r = pid, in_w, out_r, err_r
-    return prepared
+    counts = gc.get_count()[1:]
+    for prepared in run:
+        if prepared.main is not None and prepared.main.job is not None:
+            prepared.main.job.gc_counts = counts
+    del counts
+    for prepared in run:
+        # The child's pipes, made just before its fork (made for the whole run first, every child would inherit
+        # them all: each fork would then copy a bigger fd table and each child close them again).
+        in_r = in_w = out_r = out_w = err_r = err_w = -1
+        try:
+            in_r, in_w = os.pipe2(os.O_CLOEXEC)
+            out_r, out_w = os.pipe2(os.O_CLOEXEC)
+            err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        except OSError as exc:
+            for fd in (in_r, in_w, out_r, out_w, err_r, err_w):
+                if fd >= 0:
+                    os.close(fd)
+            _send({"op": "spawn_failed", "id": prepared.req_id, "error": f"pipe failed: {exc}"})
+            continue
+        main = prepared.main
+        job = None
+        if main is not None:
+            # Make this interpreter look like ``python <script>`` just started (inherited by the fork).
+            sys.argv = main.argv
+            if _HAS_ORIG_ARGV:
+                sys.orig_argv = main.orig_argv
+            sys.path = main.path  # a list of its own, as in a fresh interpreter
+            environ = main.environ
+            _ENVIRON.value = environ.address  # type: ignore[union-attr]
+            _CURRENT_ENVIRON[0] = environ
+            if _SWAP_OS_ENVIRON:
+                os.environ._data = environ.data  # type: ignore[attr-defined,union-attr]
+            else:  # pragma: no cover - other implementations
+                os.environ.clear()
+                os.environ.update(environ.env)  # type: ignore[union-attr]
+            sys.modules["__main__"] = main.module  # type: ignore[assignment]
+            job = main.job
+        plan = prepared.plan
+        plan.stdin_fd, plan.stdout_fd, plan.stderr_fd = in_r, out_w, err_w
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            for fd in (in_r, in_w, out_r, out_w, err_r, err_w):
+                os.close(fd)
+            _send({"op": "spawn_failed", "id": prepared.req_id, "error": f"fork failed: {exc}"})
+            continue
+        if pid == 0:
+            return _child(plan, _ZYGOTE_PID[0], job)
+        os.close(in_r)
+        os.close(out_w)
+        os.close(err_w)
+        prepared.pid, prepared.in_w, prepared.out_r, prepared.err_r = pid, in_w, out_r, err_r
+        _HELD[2].append(prepared)
+    return None
 
 
 def _register(forked: _Prepared) -> None:
@@ -1361,21 +1361,26 @@ def _handle_socket() -> _Job | None:
         batch.append((req, _prepare(req, blobs) if req.get("op") == "spawn" else None))
     del inbuf[:pos]
     _HELD[1] = batch  # a child keeps it referenced: returning up the stack then frees nothing
-    forked: list[_Prepared] = _HELD[2]
+    run: list[_Prepared] = []  # consecutive spawns, forked together
     for req, prepared in batch:
-        op = req.get("op")
         if prepared is not None:
-            result = _fork(prepared)
-            if isinstance(result, _Job):
-                return result  # in the child
-            if result is not None:
-                forked.append(result)
+            run.append(prepared)
             continue
-        _register_forked()  # a kill may name a child of this very batch
+        if run:
+            job = _fork_run(run)
+            if job is not None:
+                return job  # in the child
+            run = []
+            _register_forked()  # a kill may name a child of this very batch
+        op = req.get("op")
         if op == "kill":
             _kill(req["id"])
         elif op == "shutdown":
             _shutdown()
+    if run:
+        job = _fork_run(run)
+        if job is not None:
+            return job
     _register_forked()
     sys.modules["__main__"] = _SELF_MODULE
     _HELD[1] = None
@@ -1413,6 +1418,7 @@ def _install_sigchld() -> None:
 def _serve_setup(sock_fd: int) -> None:
     """Set up the serving loop (whose turns ``_serve_once`` takes) and tell the executor we are ready."""
     _State.sock = sock_fd
+    _ZYGOTE_PID[0] = os.getpid()
     os.set_blocking(sock_fd, False)
     epoll = select.epoll()
     _State.epoll = epoll
