@@ -29,6 +29,8 @@ _KILL_GRACE = 5.0
 # Below this memory limit a fresh interpreter behaves differently from a forked warm one
 # (it may not even start), so such requests take the faithful path.
 _FAST_MIN_MEMORY_MB = 96
+#: The machine's cores, read once: os.cpu_count() reads /sys at every call, and every run asks (see _limits).
+_CORES = os.cpu_count() or 1
 # Env variables read by the interpreter at startup: their presence forces the faithful path.
 _STARTUP_ENV_PREFIXES = ("PYTHON", "LC_", "LANG")
 _PREEXEC_MESSAGE = "Exception occurred in preexec_fn."
@@ -276,7 +278,7 @@ class Executor:
 
     def _limits(self, request: ExecutionRequest) -> dict[str, int]:
         mib = 1024 * 1024
-        cores = os.cpu_count() or 1
+        cores = _CORES
         return {
             "memory": request.memory_limit_mb * mib if request.memory_limit_mb > 0 else 0,
             "as_cap": max(self.config.max_address_space_mb, 0) * mib,
