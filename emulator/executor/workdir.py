@@ -146,15 +146,16 @@ class Workdir:
 
 
 class DeferredWorkdir:
-    """A :class:`Workdir` for one-shot runs that the sandboxed child creates itself.
+    """A :class:`Workdir` for one-shot runs that the sandbox itself creates.
 
     Same interface and same answers: the name is planned here (``/tmp/tmpXXXXXXXX``, the
     script ``tmpXXXXXXXX<suffix>``), paths are validated here with the same errors, and the
     file writes are recorded; :meth:`setup` hands them to ``ExecutionRequest.setup``, so the
-    forked child makes the dir and its files, and the zygote reads back :attr:`fetch` and
-    removes the dir when the program ended.  A layout whose writes could fail part-way (a
-    file where a dir must go, over-long names) is made here at once instead, with a real
-    :class:`Workdir`, so that every error still surfaces where and as it did.
+    zygote makes the dir and its files just before it forks the program (in its private temp
+    root when it has one), reads back :attr:`fetch` and removes the dir when the program ended.
+    A layout whose writes could fail part-way (a file where a dir must go, over-long names) is
+    made here at once instead, with a real :class:`Workdir`, so that every error still surfaces
+    where and as it did.
     """
 
     def __init__(

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.executor import ExecutionRequest, ExecutionResult, Executor, ExecutorConfig
+from emulator.executor import ExecutionRequest, ExecutionResult, Executor, ExecutorConfig, WorkdirError
 
 from .conftest import Runner
 
@@ -199,3 +199,33 @@ def test_leftovers_stay_for_later_runs_until_stale_and_live_dirs_stay(host_marke
 def test_a_max_age_that_is_not_positive_is_refused(age: float) -> None:
     with pytest.raises(ValueError, match="private_tmp_max_age must be a positive number"):
         Executor(ExecutorConfig(private_tmp_max_age=age))
+
+
+def test_a_work_dir_that_cannot_be_made_is_a_workdir_error(runner: Runner) -> None:
+    """A one-shot run's dir is made by the zygote just before the fork; when that fails, the run raises WorkdirError
+    (as the server's own mkdtemp would have), and the program never runs."""
+    executor = runner.executor
+
+    taken: list[str] = []
+
+    async def go() -> None:
+        with executor.deferred_workdir() as wd:
+            taken.append(wd.path)
+            script = wd.new_script(".py")
+            wd.write_file(os.path.basename(script), b"print('ran')")
+            # A program takes the planned name first, where the zygote makes dirs (its own /tmp, as root).
+            taker, _ = await _one_shot(executor, f"import os\nos.mkdir({wd.path!r})\n")
+            assert taker.return_code == 0, taker.stderr
+            setup = wd.setup()
+            assert setup is not None
+            request = ExecutionRequest(
+                argv=[executor.config.python, script], cwd=wd.path, timeout=10, python_script=script, setup=setup
+            )
+            with pytest.raises(WorkdirError, match="File exists"):
+                await executor.run(request)
+
+    try:
+        runner.call(go())
+    finally:
+        if taken and os.path.isdir(taken[0]):  # the host's temp root, when there is no private one
+            os.rmdir(taken[0])
