@@ -214,6 +214,9 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.requests < 0:
+        print("sandbox-emulator bench-throughput: --requests must be 0 (scaled to the level) or more", file=sys.stderr)
+        return 2
     temp_root = getattr(args, "temp_root", None)
     from harness.cli import check_temp_root
 

@@ -104,3 +104,5 @@ def test_bench_throughput_runs_end_to_end_with_either_client(tmp_path: Path) -> 
         (level,) = json.loads(out.read_text())["levels"]
         assert (level["ok"], level["errors"]) == (9, 0)
     assert _run("bench-throughput", "--client", "httpx").returncode == 2
+    negative = _run("bench-throughput", "--requests", "-5")
+    assert negative.returncode == 2 and "--requests" in negative.stderr and "Traceback" not in negative.stderr
