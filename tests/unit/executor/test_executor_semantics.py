@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -75,6 +76,42 @@ def test_threads_work_without_memory_limit(runner: Runner) -> None:
     code = "import threading\nt=threading.Thread(target=lambda: print('in thread'))\nt.start(); t.join()\nprint('done')"
     got = runner.run(code)
     assert (got.return_code, got.stdout) == (0, "in thread\ndone\n")
+
+
+_READ_THREAD_STACK = (
+    "import ctypes\n"
+    "libc = ctypes.CDLL(None)\n"
+    "attr = ctypes.create_string_buffer(256)\n"
+    "size = ctypes.c_size_t()\n"
+    "libc.pthread_getattr_default_np(attr)\n"
+    "libc.pthread_attr_getstacksize(attr, ctypes.byref(size))\n"
+    "print(size.value)"
+)
+
+
+def test_default_thread_stack_follows_each_request(runner: Runner) -> None:
+    """Each program sees the default thread stack a fresh process would: its memory limit's, or the usual one.
+
+    Requests with and without limits, one at a time and mixed in one burst, so a size set for one child never leaks
+    into the next (the fast path sets it in the warm interpreter and resets it for a request without a limit).
+    """
+
+    def stack(result: ExecutionResult) -> int:
+        assert result.return_code == 0, result.stderr
+        return int(result.stdout or "")
+
+    plain = stack(runner.run(_READ_THREAD_STACK))
+    assert plain < 1024 * 2**20
+    sequence = [256, -1, 512, 512, -1, -1, 256]
+    assert [stack(runner.run(_READ_THREAD_STACK, memory_limit_mb=m)) for m in sequence] == [
+        m * 2**20 if m > 0 else plain for m in sequence
+    ]
+
+    async def burst() -> list[ExecutionResult]:
+        runs = [runner.arun(_READ_THREAD_STACK, memory_limit_mb=m) for m in sequence * 3]
+        return [result for result, _ in await asyncio.gather(*runs)]
+
+    assert [stack(r) for r in runner.call(burst())] == [m * 2**20 if m > 0 else plain for m in sequence * 3]
 
 
 def test_native_threads_fail_under_memory_limit(runner: Runner, runtime: dict[str, Any]) -> None:
