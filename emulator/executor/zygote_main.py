@@ -219,6 +219,11 @@ _CAP_HEADER = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
 _CAP_DATA = (_CapData * 2)()
 _CAP_DATA[0].effective = _CAP_DATA[0].permitted = _CAP_DATA[0].inheritable = 1 << _CAP_DAC_READ_SEARCH
 _CAP_ARGS = (ctypes.byref(_CAP_HEADER), _CAP_DATA)
+# The child's own copies of prctl and capset, without argtypes: each argtypes converter a child's call runs is pages
+# it copies (about 12 for the first call). Their arguments are small ints (which ctypes passes sign-extended, so the
+# kernel's unused unsigned long arguments read 0) and ready-made pointers.
+_child_prctl = _libc["prctl"]
+_child_capset = _libc["capset"]
 _SIGKILL = int(signal.SIGKILL)  # a plain int: the enum member would be one more object (page) a child touches
 _CLONE_NEWNS = 0x00020000
 _MS_NOSUID = 2
@@ -727,14 +732,14 @@ def _child(plan: _Plan, zygote_pid: int, job: _Job | None) -> _Job | None:
             os.setgroups([])
             os.setresgid(plan.gid, plan.gid, plan.gid)
             os.setresuid(uid, uid, uid)
-            _check(_capset(*_CAP_ARGS), "capset")
-            _check(_prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE, _CAP_DAC_READ_SEARCH, 0, 0), "PR_CAP_AMBIENT")
+            _check(_child_capset(*_CAP_ARGS), "capset")
+            _check(_child_prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE, _CAP_DAC_READ_SEARCH, 0, 0), "PR_CAP_AMBIENT")
             if plan.presweep:
                 # Leftovers of an earlier execution with this uid (e.g. after a zygote crash).
                 with contextlib.suppress(OSError):
                     os.kill(-1, signal.SIGKILL)
         # Die with the zygote (set after the uid change, which clears it).
-        _check(_prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0), "PR_SET_PDEATHSIG")
+        _check(_child_prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0), "PR_SET_PDEATHSIG")
         if os.getppid() != zygote_pid:
             os._exit(1)
         if job is None:

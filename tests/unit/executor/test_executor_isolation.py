@@ -118,6 +118,17 @@ def test_runs_unprivileged_with_only_dac_read_search(runner: Runner) -> None:
     assert lines[3] == "no write: 13"
 
 
+def test_program_dies_with_the_warm_interpreter(runner: Runner) -> None:
+    """Every program has SIGKILL as its parent-death signal, on both paths (read back with PR_GET_PDEATHSIG)."""
+    code = (
+        "import ctypes\n"
+        "sig = ctypes.c_int(-1)\n"
+        "print(ctypes.CDLL(None).prctl(2, ctypes.byref(sig), 0, 0, 0), sig.value)"
+    )
+    got = runner.run(code)
+    assert (got.return_code, got.stdout) == (0, f"0 {int(signal.SIGKILL)}\n"), got.stderr
+
+
 def test_rlimits(runner: Runner) -> None:
     code = (
         "import resource as r\n"
