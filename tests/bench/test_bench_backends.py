@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import csv
+import gc
 import json
 import subprocess
 import sys
@@ -12,7 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.bench.drivers import SCENARIOS, CallOutcome
+from harness.bench.backends import BenchOptions, run_backend
+from harness.bench.drivers import SCENARIOS, CallOutcome, Scenario
 from harness.bench.stats import (
     CSV_COLUMNS,
     RESULT_KEYS,
@@ -157,3 +160,39 @@ def test_daytona_url_needs_a_key(
     monkeypatch.delenv("DAYTONA_API_KEY", raising=False)
     assert cli_main(["bench", "--daytona-api-url", "http://127.0.0.1:9/api", "--out", str(tmp_path)]) == 2
     assert "DAYTONA_API_KEY" in capsys.readouterr().err
+
+
+class _RecordingBackend:
+    """Answers every call at once and records the collector's frozen count as each call ran."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.frozen_during_calls: list[int] = []
+        self.released = 0
+
+    async def create(self, index: int) -> None:
+        return None
+
+    async def call(self, index: int, scenario: Scenario) -> CallOutcome:
+        self.frozen_during_calls.append(gc.get_freeze_count())
+        return CallOutcome(scenario.expect, scenario.had_error)
+
+    async def release(self, index: int) -> None:
+        self.released += 1
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_measured_calls_run_with_the_setup_heap_frozen_and_it_is_thawed_after(tmp_path: Path) -> None:
+    backend = _RecordingBackend()
+    scenario = SCENARIOS["simple_stdout"]
+    options = BenchOptions(("recording",), (scenario,), (1, 4), 1, 2, tmp_path)
+    before = gc.get_freeze_count()
+    run = asyncio.run(run_backend(backend, options))
+    probe, *measured = backend.frozen_during_calls
+    assert probe == before  # the first call (the probe) is not measured
+    assert len(measured) == (1 + 2) * (1 + 4) and min(measured) > before
+    assert gc.get_freeze_count() == before
+    assert [level.success_count for level in run.levels] == [2, 8] and backend.released == 4
