@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -229,3 +230,29 @@ def test_a_work_dir_that_cannot_be_made_is_a_workdir_error(runner: Runner) -> No
     finally:
         if taken and os.path.isdir(taken[0]):  # the host's temp root, when there is no private one
             os.rmdir(taken[0])
+
+
+def test_a_spawn_that_fails_after_its_dir_was_made_removes_the_dir(runner: Runner) -> None:
+    """The zygote makes a one-shot run's dir, then its pipes and fork. When those fail (here: the zygote's open-files
+    limit, lowered from outside, stops its second pipe), the run is an error, the dir is gone, and the next run works.
+    """
+    executor = runner.executor
+    runner.run("print('warm')")  # the zygote is up
+    zygote = executor.zygote_pid
+    assert zygote is not None
+    open_fds = {int(fd) for fd in os.listdir(f"/proc/{zygote}/fd")}
+    free = [fd for fd in range(max(open_fds) + 5) if fd not in open_fds]
+    soft, hard = resource.prlimit(zygote, resource.RLIMIT_NOFILE)
+    # New fds take the lowest free numbers: the files the zygote writes and the first pipe fit below the limit, the
+    # second pipe's second end does not.
+    resource.prlimit(zygote, resource.RLIMIT_NOFILE, (free[3], hard))
+    try:
+        failed, path = runner.call(_one_shot(executor, "print('never')"))
+    finally:
+        resource.prlimit(zygote, resource.RLIMIT_NOFILE, (soft, hard))
+    assert (failed.status, failed.return_code, failed.stdout) == ("Error", None, None)
+    assert "Too many open files" in (failed.stderr or "")
+    as_zygote_sees_it = Path(f"/proc/{zygote}/root{path}")
+    assert as_zygote_sees_it.parent.is_dir() and not as_zygote_sees_it.exists()
+    after, _ = runner.call(_one_shot(executor, "print('after')"))
+    assert (after.stdout, executor.zygote_pid) == ("after\n", zygote)
