@@ -153,7 +153,7 @@ class Emulator:
         async def answer(body: bytes) -> tuple[Response, dict[str, Any]]:
             return await (await self._sandbox_fusion()).run_code(body, ctype)
 
-        return await self.gate.handle(ROUTE_RUN_CODE, request, answer)
+        return await self.gate.handle(ROUTE_RUN_CODE, request, answer, ready_in_latency=True)
 
     async def _run_jupyter(self, request: Request) -> Response:
         ctype = request.headers.get("content-type")

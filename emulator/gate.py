@@ -19,6 +19,7 @@ from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from emulator import transport
+from emulator.executor import start_gate
 from emulator.faults import Decision, FaultAction, FaultEngine
 from emulator.journal import Journal, JournalEntry
 
@@ -95,7 +96,15 @@ class FaultGate:
         self.engine = engine
         self.journal = journal
 
-    async def handle(self, route: str, request: Request, handler: Handler) -> Response:
+    async def handle(
+        self, route: str, request: Request, handler: Handler, *, ready_in_latency: bool = False
+    ) -> Response:
+        """Answer one request through the fault engine's decision.
+
+        ``ready_in_latency``: the handler's only effect is running programs (Sandbox Fusion's ``/run_code``), so
+        during an injected latency the first program's sandbox may get ready, forked and held, and start when the
+        latency is over (see :mod:`emulator.executor.start_gate`); its answer never comes before the latency ends.
+        """
         body = await request.body()
         key = request_key(request.headers, body)
         decision = self.engine.decide(route, key)
@@ -106,7 +115,7 @@ class FaultGate:
             entry.detail["rule"] = decision.rule_id or decision.limit
         token = _CURRENT_ENTRY.set(entry)
         try:
-            response, outcome = await self._answer(decision, body, handler)
+            response, outcome = await self._answer(decision, body, handler, ready_in_latency)
         except Exception:
             self.journal.end(entry, 500, "error")
             raise
@@ -173,8 +182,15 @@ class FaultGate:
             self.engine.release(decision)
         self.journal.end(entry, status, outcome)
 
-    async def _answer(self, decision: Decision, body: bytes, handler: Handler) -> tuple[Response, str]:
+    async def _answer(
+        self, decision: Decision, body: bytes, handler: Handler, ready_in_latency: bool = False
+    ) -> tuple[Response, str]:
         action = decision.action
+        if action is None and ready_in_latency and decision.latency > 0:
+            with start_gate.offered(self.engine.clock.sleep(decision.latency)) as latency:
+                response, _ = await handler(body)
+                await latency.finish()
+            return response, "ok" if response.status_code < 400 else "invalid"
         if decision.latency > 0:
             await self.engine.clock.sleep(decision.latency)
         if action is None:

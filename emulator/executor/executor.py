@@ -14,6 +14,7 @@ import tempfile
 import time
 from typing import Any
 
+from . import start_gate
 from .capture import decode_output
 from .model import ExecutionRequest, ExecutionResult, ExecutorConfig
 from .workdir import DeferredWorkdir, Workdir
@@ -393,11 +394,30 @@ class Executor:
         unconfirmed: list[Pending],
     ) -> ExecutionResult:
         loop = asyncio.get_running_loop()
+        hold = start_gate.take()
+        if hold is not None and not hold.done():
+            msg["hold"] = True  # forked and set up now, its program started by go() when the wait is over
+        else:
+            msg.pop("hold", None)
+            hold = None
         t0 = time.monotonic()
         try:
             req_id, pending = zygote.spawn(msg, blobs)
         except ZygoteLost:
             raise ZygoteLost("not started") from None
+        if hold is not None:
+            zygote.holding += 1
+            try:
+                await asyncio.shield(hold)
+            except asyncio.CancelledError:
+                # The client went away during the wait (or the wait was called off): the program never starts.
+                zygote.kill(req_id)
+                unconfirmed.append(pending)
+                raise
+            finally:
+                zygote.holding -= 1
+            zygote.go(req_id)
+            t0 = time.monotonic()
         deadline = t0 + request.timeout
         timed_out: list[float] = []
 

@@ -76,6 +76,8 @@ class Zygote:
         self.private_tmp: str | None = None
         self._loop = asyncio.get_running_loop()
         self._pending: dict[int, Pending] = {}
+        #: Spawned children held before their program (see ``start_gate``): pending, but nothing of theirs runs.
+        self.holding = 0
         self._next_id = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
@@ -332,6 +334,12 @@ class Zygote:
         self._send(msg, blobs)
         self._pending[req_id] = pending
         return req_id, pending
+
+    def go(self, req_id: int) -> None:
+        """Let a child spawned with ``hold`` start its program (no-op if gone)."""
+        if self.alive:
+            with contextlib.suppress(ZygoteLost):
+                self._send({"op": "go", "id": req_id}, now=True)
 
     def kill(self, req_id: int) -> None:
         """Ask the zygote to SIGKILL the process group of a request (no-op if gone)."""

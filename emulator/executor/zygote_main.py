@@ -284,6 +284,7 @@ class _Child:
         "deadline",
         "err",
         "exited_at",
+        "hold_w",
         "killed",
         "out",
         "pid",
@@ -310,6 +311,7 @@ class _Child:
         self.exited_at = 0.0
         self.rc: int | None = None
         self.deadline = 0.0
+        self.hold_w = -1  # our end of a held child's start pipe (see _go)
 
 
 class _Plan:
@@ -319,6 +321,7 @@ class _Plan:
         "cwd",
         "failure",
         "gid",
+        "hold_fd",
         "nproc_own",
         "presweep",
         "req",
@@ -338,6 +341,8 @@ class _Plan:
         # The child's ends of its pipes: three ints, not a tuple, which would be a tracked object made after the
         # batch's gc.freeze() (see _fork_run): each child's collection would walk those of its batch.
         self.stdin_fd = self.stdout_fd = self.stderr_fd = -1
+        # A held child's end of its start pipe: it waits there, ready, until the executor's go (or EOF: never).
+        self.hold_fd = -1
         self.cwd = "/"
         self.rlimits: list[tuple[int, tuple[int, int]]] = []
         self.nproc_own = 0
@@ -388,7 +393,7 @@ class _Prepared:
     """One spawn request made ready before its batch's forks; the fork fills in the pid and the zygote's ends of
     the pipes, and :func:`_register` does the rest once the batch is forked."""
 
-    __slots__ = ("err_r", "fetch", "in_w", "main", "out_r", "pid", "plan", "req_id", "stdin")
+    __slots__ = ("err_r", "fetch", "hold", "hold_w", "in_w", "main", "out_r", "pid", "plan", "req_id", "stdin")
 
     def __init__(self, req_id: int, plan: _Plan, main: _Main | None, stdin: bytes) -> None:
         self.req_id = req_id
@@ -398,6 +403,8 @@ class _Prepared:
         self.fetch: dict[str, Any] | None = None  # what _complete needs of the work dir
         self.pid = -1
         self.in_w = self.out_r = self.err_r = -1
+        self.hold = False
+        self.hold_w = -1
 
 
 class _State:
@@ -712,8 +719,15 @@ def _child(plan: _Plan, zygote_pid: int, job: _Job | None) -> _Job | None:
         # The zygote's fds, the epoll object's included: it is referenced by _State until os._exit, so it never closes
         # its (by then reused) fd number itself. Closing it here as a number touches no object.
         status_w = _State.status_w
-        os.closerange(3, status_w)
-        os.closerange(status_w + 1, _MAX_FD)
+        hold_fd = plan.hold_fd
+        if hold_fd < 0:
+            os.closerange(3, status_w)
+            os.closerange(status_w + 1, _MAX_FD)
+        else:
+            low, high = (status_w, hold_fd) if status_w < hold_fd else (hold_fd, status_w)
+            os.closerange(3, low)
+            os.closerange(low + 1, high)
+            os.closerange(high + 1, _MAX_FD)
         uid = plan.uid
         if plan.workdir_error is not None:
             raise _WorkdirError(plan.workdir_error)
@@ -742,6 +756,11 @@ def _child(plan: _Plan, zygote_pid: int, job: _Job | None) -> _Job | None:
         _check(_child_prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0), "PR_SET_PDEATHSIG")
         if os.getppid() != zygote_pid:
             os._exit(1)
+        if hold_fd >= 0:
+            # Ready: wait for the go (EOF instead: the run was called off, or the zygote is gone).
+            if os.read(hold_fd, 1) != b"g":
+                os._exit(1)
+            os.close(hold_fd)
         if job is None:
             _child_exec(plan.req)
         os.close(status_w)
@@ -885,6 +904,7 @@ def _prepare(req: dict[str, Any], blobs: list[bytes]) -> _Prepared:
         main = _build_main(req, None if source_index is None else blobs[source_index])
     stdin_index = req.get("stdin")
     prepared = _Prepared(req["id"], plan, main, b"" if stdin_index is None else blobs[stdin_index])
+    prepared.hold = bool(req.get("hold"))
     if workdir is not None:
         # What _complete needs: the dir, the names to fetch, the files we made (removed first).
         prepared.fetch = {
@@ -920,13 +940,15 @@ def _fork_run(run: list[_Prepared]) -> _Job | None:
     for prepared in run:
         # The child's pipes, made just before its fork (made for the whole run first, every child would inherit
         # them all: each fork would then copy a bigger fd table and each child close them again).
-        in_r = in_w = out_r = out_w = err_r = err_w = -1
+        in_r = in_w = out_r = out_w = err_r = err_w = hold_r = hold_w = -1
         try:
             in_r, in_w = os.pipe2(os.O_CLOEXEC)
             out_r, out_w = os.pipe2(os.O_CLOEXEC)
             err_r, err_w = os.pipe2(os.O_CLOEXEC)
+            if prepared.hold:
+                hold_r, hold_w = os.pipe2(os.O_CLOEXEC)
         except OSError as exc:
-            for fd in (in_r, in_w, out_r, out_w, err_r, err_w):
+            for fd in (in_r, in_w, out_r, out_w, err_r, err_w, hold_r, hold_w):
                 if fd >= 0:
                     os.close(fd)
             _send({"op": "spawn_failed", "id": prepared.req_id, "error": f"pipe failed: {exc}"})
@@ -952,6 +974,7 @@ def _fork_run(run: list[_Prepared]) -> _Job | None:
             job = main.job
         plan = prepared.plan
         plan.stdin_fd, plan.stdout_fd, plan.stderr_fd = in_r, out_w, err_w
+        plan.hold_fd = hold_r
         if (plan.thread_stack or _THREAD_STACK[0]) != _THREAD_STACK[1]:
             _stack_for_fork(plan)
         else:
@@ -959,8 +982,9 @@ def _fork_run(run: list[_Prepared]) -> _Job | None:
         try:
             pid = os.fork()
         except OSError as exc:
-            for fd in (in_r, in_w, out_r, out_w, err_r, err_w):
-                os.close(fd)
+            for fd in (in_r, in_w, out_r, out_w, err_r, err_w, hold_r, hold_w):
+                if fd >= 0:
+                    os.close(fd)
             _send({"op": "spawn_failed", "id": prepared.req_id, "error": f"fork failed: {exc}"})
             _abandon(prepared)
             continue
@@ -969,6 +993,9 @@ def _fork_run(run: list[_Prepared]) -> _Job | None:
         os.close(in_r)
         os.close(out_w)
         os.close(err_w)
+        if hold_r >= 0:
+            os.close(hold_r)
+            prepared.hold_w = hold_w
         prepared.pid, prepared.in_w, prepared.out_r, prepared.err_r = pid, in_w, out_r, err_r
         _HELD[2].append(prepared)
     return None
@@ -982,6 +1009,7 @@ def _register(forked: _Prepared) -> None:
     if plan.sweep and plan.uid is not None:
         child.uid = plan.uid
     child.workdir = forked.fetch
+    child.hold_w = forked.hold_w
     _State.children[pid] = child
     _State.by_id[forked.req_id] = child
     epoll = _State.epoll
@@ -1126,6 +1154,9 @@ def _on_exit(child: _Child, now: float) -> None:
     except ChildProcessError:
         child.rc = -signal.SIGKILL
     del _State.children[pid]
+    if child.hold_w >= 0:  # it died held (killed before its go)
+        os.close(child.hold_w)
+        child.hold_w = -1
     if child.pidfd >= 0:
         _State.handlers.pop(child.pidfd, None)
         _State.epoll.unregister(child.pidfd)
@@ -1352,6 +1383,17 @@ def _rmtree(root: str) -> bool:
     return not os.path.lexists(root)
 
 
+def _go(req_id: int) -> None:
+    """Start a held child's program: one byte down its start pipe, which we then close."""
+    child = _State.by_id.get(req_id)
+    if child is None or child.hold_w < 0:
+        return
+    with contextlib.suppress(OSError):
+        os.write(child.hold_w, b"g")
+    os.close(child.hold_w)
+    child.hold_w = -1
+
+
 def _kill(req_id: int) -> None:
     child = _State.by_id.get(req_id)
     if child is None:
@@ -1434,7 +1476,9 @@ def _handle_socket() -> _Job | None:
             run = []
             _register_forked()  # a kill may name a child of this very batch
         op = req.get("op")
-        if op == "kill":
+        if op == "go":
+            _go(req["id"])
+        elif op == "kill":
             _kill(req["id"])
         elif op == "shutdown":
             _shutdown()

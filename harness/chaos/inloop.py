@@ -88,8 +88,8 @@ def emulator_busy(emulator: Emulator) -> Callable[[], bool]:
             if lock is not None and lock.locked():
                 return True  # the zygote is (re)starting
             zygote = executor._zygote
-            if zygote is not None and zygote._pending:
-                return True  # programs are running
+            if zygote is not None and len(zygote._pending) > zygote.holding:
+                return True  # programs are running (not just held, ready, until a latency is over)
         contexts = interpreters._contexts
         return any(context.lock.locked() for by_id in contexts.values() for context in by_id.values())
 

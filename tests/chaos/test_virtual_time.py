@@ -208,6 +208,25 @@ def test_injected_latency_and_hangs_are_virtual() -> None:
     assert real < 30  # not the 1,200 s of a real clock (typically < 0.1 s)
 
 
+def test_a_program_held_through_a_virtual_latency_runs_after_it() -> None:
+    """run_code readies its sandbox during the latency and starts the program when the (virtual) 600 s are over."""
+    plan = {"rules": [{"route": "sandbox_fusion.run_code", "latency": 600}]}
+
+    async def body(emu: InLoopEmulator) -> tuple[int, str, list[float | None], float]:
+        started = time.perf_counter()
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600)) as session:
+            payload = {"code": "print(6 * 7)", "language": "python"}
+            async with session.post(emu.run_code_url, json=payload) as response:
+                answer = await response.json()
+        durations = [e.duration for e in emu.journal.entries()]
+        return response.status, answer["run_result"]["stdout"], durations, time.perf_counter() - started
+
+    status, stdout, durations, real = _run_in_loop(plan, body)
+    assert (status, stdout) == (200, "42\n")
+    assert durations == [pytest.approx(600, abs=1)]
+    assert real < 30
+
+
 def test_in_loop_emulator_serves_on_an_ordinary_loop_in_real_time() -> None:
     async def main() -> tuple[int, str, float]:
         async with in_loop_emulator() as emu:

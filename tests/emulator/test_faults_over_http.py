@@ -92,6 +92,23 @@ def test_latency_is_added(sandbox_fusion_url: str, emulator_journal: Journal) ->
     assert emulator_journal.entries()[0].injected_latency == pytest.approx(0.25)
 
 
+@pytest.mark.faults({"rules": [{"id": "slow", "route": RUN_CODE, "latency": {"fixed": 0.25}}]})
+def test_the_program_starts_only_after_the_latency(sandbox_fusion_url: str, emulator_journal: Journal) -> None:
+    """The sandbox may get ready during the latency (forked, held), but the program's first instruction runs after it;
+    a request that runs nothing (a 422) is answered after it too."""
+    stamp = {"code": "import time\nprint(time.monotonic())", "language": "python", "run_timeout": 0.2}
+    sent = time.monotonic()
+    answer = requests.post(sandbox_fusion_url, json=stamp, timeout=10)
+    answered = time.monotonic()
+    run_result = answer.json()["run_result"]
+    assert (answer.status_code, run_result["status"]) == (200, "Finished")  # timed from its start, not the fork
+    assert sent + 0.25 <= float(run_result["stdout"]) <= answered
+    invalid_sent = time.monotonic()
+    invalid = requests.post(sandbox_fusion_url, json={"language": "python"}, timeout=10)
+    assert invalid.status_code == 422 and time.monotonic() - invalid_sent >= 0.25
+    assert [(e.status, e.outcome) for e in emulator_journal.entries()] == [(200, "ok"), (422, "invalid")]
+
+
 @pytest.mark.faults(_rule("null_stdout"))
 def test_null_stdout_runs_the_code_but_hides_stdout(sandbox_fusion_url: str) -> None:
     body = requests.post(sandbox_fusion_url, json=PRINT, timeout=10).json()

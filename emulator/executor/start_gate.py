@@ -1,0 +1,62 @@
+"""A wait before a program starts that the executor spends with the program's process already made.
+
+An injected latency on an execution route is a wait before the request is handled. The program must not start
+before it ends, but nothing stops the sandbox from getting ready meanwhile: the fast path forks the child, sets up
+its work dir, descriptors, limits and uid, and holds it just before the program's first instruction. When the wait
+ends the program starts at once, so what the client sees above the injected latency is the program and the answer,
+not also the fork and the setup (which, after an idle wait, run on cold caches).
+
+The fault gate opens a :class:`StartGate` around a handler (:func:`offered`); the first :meth:`Executor.run
+<emulator.executor.Executor.run>` in that handler's context takes it (:func:`take`). The gate then waits for
+whatever is left (:meth:`StartGate.finish`), so a handler that runs nothing still answers after the latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+
+class StartGate:
+    """One request's wait, started when the request arrives; taken by at most one execution."""
+
+    def __init__(self, wait: Awaitable[None]) -> None:
+        self._wait: asyncio.Future[None] = asyncio.ensure_future(wait)
+        self.taken = False
+
+    def take(self) -> asyncio.Future[None] | None:
+        """The wait, for the first caller only (a compile step's, not the run's after it)."""
+        if self.taken:
+            return None
+        self.taken = True
+        return self._wait
+
+    async def finish(self) -> None:
+        """Wait for what is left of the wait (nothing, if the execution that took it waited it out)."""
+        await asyncio.shield(self._wait)
+
+    def cancel(self) -> None:
+        self._wait.cancel()
+
+
+_CURRENT: ContextVar[StartGate | None] = ContextVar("emulator_start_gate", default=None)
+
+
+@contextmanager
+def offered(wait: Awaitable[None]) -> Iterator[StartGate]:
+    """Offer ``wait`` to the executions of the calling context; cancelled on the way out if still running."""
+    gate = StartGate(wait)
+    token = _CURRENT.set(gate)
+    try:
+        yield gate
+    finally:
+        _CURRENT.reset(token)
+        gate.cancel()
+
+
+def take() -> asyncio.Future[None] | None:
+    """The calling context's start gate wait, if one is offered and not yet taken."""
+    gate = _CURRENT.get()
+    return None if gate is None else gate.take()

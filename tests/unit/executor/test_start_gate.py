@@ -1,0 +1,150 @@
+"""A start gate: the sandbox gets ready during a wait, and the program starts only when the wait is over."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from emulator.executor import ExecutionRequest, ExecutionResult, Executor, start_gate
+
+from .conftest import Runner
+
+# The program reports when it started (CLOCK_MONOTONIC is the same clock in every process here).
+_STAMP = "import time\nprint(time.monotonic())\n"
+
+
+def _children_of(pid: int) -> list[int]:
+    kids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            kids.append(int(entry))
+    return kids
+
+
+async def _until_held_child(executor: Executor, within: float = 10.0) -> int:
+    """Poll /proc (no fixed delay) until the zygote has a live child: the held one."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        pid = executor.zygote_pid
+        kids = _children_of(pid) if pid is not None else []
+        if kids:
+            return kids[0]
+        await asyncio.sleep(0.005)
+    raise AssertionError("no child was forked during the wait")
+
+
+async def _run(executor: Executor, code: str, timeout: float = 10.0) -> ExecutionResult:
+    with executor.deferred_workdir() as wd:
+        script = wd.new_script(".py")
+        wd.write_file(os.path.basename(script), code.encode())
+        setup = wd.setup()
+        request = ExecutionRequest(
+            argv=[executor.config.python, script], cwd=wd.path, timeout=timeout, python_script=script, setup=setup
+        )
+        result = await executor.run(request)
+        wd.complete(result.files, result.workdir_removed)
+        return result
+
+
+def test_the_program_is_forked_during_the_wait_and_starts_after_it(runner: Runner) -> None:
+    executor = runner.executor
+
+    async def scenario() -> tuple[ExecutionResult, float, int]:
+        release = asyncio.Event()
+        with start_gate.offered(release.wait()) as gate:
+            run = asyncio.ensure_future(_run(executor, _STAMP, timeout=1.0))
+            held = await _until_held_child(executor)
+            assert not run.done() and gate.taken
+            released_at = time.monotonic()
+            release.set()
+            result = await run
+            await gate.finish()
+        return result, released_at, held
+
+    result, released_at, held = runner.call(scenario())
+    assert (result.status, result.return_code) == ("Finished", 0), result.stderr
+    assert float(result.stdout or "nan") >= released_at  # it did not start before the wait ended
+    assert held > 0
+    # The timeout counts from the start: a wait longer than it would otherwise have ended the run.
+    assert result.execution_time is not None and result.execution_time < 1.0
+
+
+def test_a_run_cancelled_during_the_wait_never_starts_and_leaves_nothing(runner: Runner, tmp_path: Path) -> None:
+    executor = runner.executor
+    marker = tmp_path / "started"
+    tmp_path.chmod(0o777)  # the program runs as a sandbox uid when we are root
+
+    async def scenario() -> int:
+        with start_gate.offered(asyncio.Event().wait()):  # a wait that never ends by itself
+            run = asyncio.ensure_future(_run(executor, f"open({str(marker)!r}, 'w').write('ran')"))
+            held = await _until_held_child(executor)
+            run.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await run
+        # The held child is killed; the executor still serves, without a wait now.
+        after = await _run(executor, "print('after')")
+        assert after.stdout == "after\n"
+        return held
+
+    held = runner.call(scenario())
+    assert not marker.exists()
+    zygote = executor.zygote_pid
+    assert zygote is not None and held not in _children_of(zygote)
+
+
+def test_only_the_first_run_takes_the_wait(runner: Runner) -> None:
+    """A compile step takes it, not the run after it; a run with no gate offered does not wait at all."""
+    executor = runner.executor
+
+    async def scenario() -> tuple[list[ExecutionResult], float]:
+        release = asyncio.Event()
+        with start_gate.offered(release.wait()) as gate:
+            first = asyncio.ensure_future(_run(executor, _STAMP))
+            await _until_held_child(executor)
+            second = await _run(executor, _STAMP)  # not held: runs while the first still waits
+            assert not first.done()
+            released_at = time.monotonic()
+            release.set()
+            done = [await first, second]
+            await gate.finish()
+        return done, released_at
+
+    (first, second), released_at = runner.call(scenario())
+    assert float(second.stdout or "nan") < released_at <= float(first.stdout or "nan")
+
+
+def test_a_wait_already_over_is_not_a_hold(runner: Runner) -> None:
+    executor = runner.executor
+
+    async def scenario() -> ExecutionResult:
+        with start_gate.offered(asyncio.sleep(0)) as gate:
+            await gate.finish()
+            return await _run(executor, "print('now')")
+
+    assert runner.call(scenario()).stdout == "now\n"
+
+
+def test_the_timeout_counts_from_the_start_not_from_the_fork(runner: Runner) -> None:
+    """A 0.6 s wait (an injected latency) before a program with a 0.5 s timeout: it runs, and is timed from its go."""
+    executor = runner.executor
+
+    async def scenario() -> ExecutionResult:
+        with start_gate.offered(asyncio.sleep(0.6)) as gate:
+            result = await _run(executor, "print('in time')", timeout=0.5)
+            assert gate.taken
+            return result
+
+    result = runner.call(scenario())
+    assert (result.status, result.stdout) == ("Finished", "in time\n")
+    assert result.execution_time is not None and result.execution_time < 0.5
