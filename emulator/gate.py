@@ -20,7 +20,7 @@ from starlette.websockets import WebSocket
 
 from emulator import transport
 from emulator.executor import start_gate
-from emulator.faults import Decision, FaultAction, FaultEngine
+from emulator.faults import Decision, FaultAction, FaultEngine, RealClock
 from emulator.journal import Journal, JournalEntry
 
 #: Header a client (or a test) may send to name the logical request, instead of the body hash.
@@ -187,7 +187,9 @@ class FaultGate:
     ) -> tuple[Response, str]:
         action = decision.action
         if action is None and ready_in_latency and decision.latency > 0:
-            with start_gate.offered(self.engine.clock.sleep(decision.latency)) as latency:
+            clock = self.engine.clock
+            deadline = clock.monotonic() + decision.latency if isinstance(clock, RealClock) else None
+            with start_gate.offered(clock.sleep(decision.latency), deadline) as latency:
                 response, _ = await handler(body)
                 await latency.finish()
             return response, "ok" if response.status_code < 400 else "invalid"

@@ -351,7 +351,7 @@ class Executor:
                     msg["presweep"] = True
                 if setup is None:
                     self._hand_over(request.cwd, uid, self._gid)  # a few chown calls: cheaper inline
-            return await self._run_attempts(msg, blobs, request, unconfirmed)
+            return await self._run_attempts(msg, blobs, request, unconfirmed, start_gate.take())
         finally:
             # The zygote kills every process of this uid before it reports the exit; a run we
             # stopped waiting for (cancelled, or no confirmation after a kill) keeps its uid
@@ -368,6 +368,7 @@ class Executor:
         blobs: list[bytes],
         request: ExecutionRequest,
         unconfirmed: list[Pending],
+        gate: start_gate.StartGate | None,
     ) -> ExecutionResult:
         for attempt in range(3):
             try:
@@ -376,7 +377,7 @@ class Executor:
                 _log.error("cannot start the zygote: %s", exc)
                 return _error_result(f"sandbox executor unavailable: {exc}")
             try:
-                return await self._run_once(zygote, request, msg, blobs, unconfirmed)
+                return await self._run_once(zygote, request, msg, blobs, unconfirmed, gate)
             except ZygoteLost as exc:
                 if exc.args and exc.args[0] == "started":
                     if msg["uid"] is not None and self._exclusive_uids:
@@ -392,19 +393,30 @@ class Executor:
         msg: dict[str, Any],
         blobs: list[bytes],
         unconfirmed: list[Pending],
+        gate: start_gate.StartGate | None = None,
     ) -> ExecutionResult:
         loop = asyncio.get_running_loop()
-        hold = start_gate.take()
-        if hold is not None and not hold.done():
-            msg["hold"] = True  # forked and set up now, its program started by go() when the wait is over
+        hold: asyncio.Future[None] | None = None
+        start_at: float | None = None
+        if gate is not None and not gate.wait.done():
+            # Forked and set up now; the program starts when the wait is over: at ``start_at`` by the child's own
+            # clock when the wait is one of real time (no message, no timer of ours in between), else on go().
+            if gate.deadline is not None:
+                start_at = gate.deadline
+                msg["start_at"] = start_at
+            else:
+                hold = gate.wait
+                msg["hold"] = True
         else:
             msg.pop("hold", None)
-            hold = None
+            msg.pop("start_at", None)
         t0 = time.monotonic()
         try:
             req_id, pending = zygote.spawn(msg, blobs)
         except ZygoteLost:
             raise ZygoteLost("not started") from None
+        if start_at is not None:
+            t0 = max(t0, start_at)
         if hold is not None:
             zygote.holding += 1
             try:
@@ -434,7 +446,7 @@ class Executor:
             zygote.kill(req_id)
             timers.append(loop.call_later(_KILL_GRACE, _give_up, pending, unconfirmed))
 
-        timers = [loop.call_at(loop.time() + request.timeout, on_timeout)]
+        timers = [loop.call_at(loop.time() + (deadline - time.monotonic()), on_timeout)]
         try:
             reply = await pending.exited
         except asyncio.CancelledError:

@@ -326,6 +326,7 @@ class _Plan:
         "presweep",
         "req",
         "rlimits",
+        "start_at",
         "stderr_fd",
         "stdin_fd",
         "stdout_fd",
@@ -343,6 +344,8 @@ class _Plan:
         self.stdin_fd = self.stdout_fd = self.stderr_fd = -1
         # A held child's end of its start pipe: it waits there, ready, until the executor's go (or EOF: never).
         self.hold_fd = -1
+        # Or the instant (time.monotonic()) before which its program must not start: it sleeps until then.
+        self.start_at = 0.0
         self.cwd = "/"
         self.rlimits: list[tuple[int, tuple[int, int]]] = []
         self.nproc_own = 0
@@ -761,6 +764,10 @@ def _child(plan: _Plan, zygote_pid: int, job: _Job | None) -> _Job | None:
             if os.read(hold_fd, 1) != b"g":
                 os._exit(1)
             os.close(hold_fd)
+        elif plan.start_at:
+            delay = plan.start_at - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
         if job is None:
             _child_exec(plan.req)
         os.close(status_w)
@@ -888,6 +895,7 @@ def _prepare(req: dict[str, Any], blobs: list[bytes]) -> _Prepared:
     plan.gid = req["gid"] or 0
     plan.sweep = bool(req.get("sweep"))
     plan.presweep = bool(req.get("presweep"))
+    plan.start_at = req.get("start_at") or 0.0
     _plan_rlimits(plan, req)
     workdir = req.get("dir")
     if workdir is not None:

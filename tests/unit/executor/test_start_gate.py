@@ -80,13 +80,17 @@ def test_the_program_is_forked_during_the_wait_and_starts_after_it(runner: Runne
     assert result.execution_time is not None and result.execution_time < 1.0
 
 
-def test_a_run_cancelled_during_the_wait_never_starts_and_leaves_nothing(runner: Runner, tmp_path: Path) -> None:
+@pytest.mark.parametrize("timed", [False, True], ids=["go", "deadline"])
+def test_a_run_cancelled_during_the_wait_never_starts_and_leaves_nothing(
+    runner: Runner, tmp_path: Path, timed: bool
+) -> None:
     executor = runner.executor
     marker = tmp_path / "started"
     tmp_path.chmod(0o777)  # the program runs as a sandbox uid when we are root
 
     async def scenario() -> int:
-        with start_gate.offered(asyncio.Event().wait()):  # a wait that never ends by itself
+        # A wait that never ends by itself (with a deadline a minute away: the child sleeps until then).
+        with start_gate.offered(asyncio.Event().wait(), time.monotonic() + 60 if timed else None):
             run = asyncio.ensure_future(_run(executor, f"open({str(marker)!r}, 'w').write('ran')"))
             held = await _until_held_child(executor)
             run.cancel()
@@ -135,12 +139,13 @@ def test_a_wait_already_over_is_not_a_hold(runner: Runner) -> None:
     assert runner.call(scenario()).stdout == "now\n"
 
 
-def test_the_timeout_counts_from_the_start_not_from_the_fork(runner: Runner) -> None:
-    """A 0.6 s wait (an injected latency) before a program with a 0.5 s timeout: it runs, and is timed from its go."""
+@pytest.mark.parametrize("timed", [False, True], ids=["go", "deadline"])
+def test_the_timeout_counts_from_the_start_not_from_the_fork(runner: Runner, timed: bool) -> None:
+    """A 0.6 s wait (an injected latency) before a program with a 0.5 s timeout: it runs, timed from its start."""
     executor = runner.executor
 
     async def scenario() -> ExecutionResult:
-        with start_gate.offered(asyncio.sleep(0.6)) as gate:
+        with start_gate.offered(asyncio.sleep(0.6), time.monotonic() + 0.6 if timed else None) as gate:
             result = await _run(executor, "print('in time')", timeout=0.5)
             assert gate.taken
             return result
@@ -148,3 +153,19 @@ def test_the_timeout_counts_from_the_start_not_from_the_fork(runner: Runner) -> 
     result = runner.call(scenario())
     assert (result.status, result.stdout) == ("Finished", "in time\n")
     assert result.execution_time is not None and result.execution_time < 0.5
+
+
+def test_with_a_deadline_the_child_starts_itself_at_that_instant(runner: Runner) -> None:
+    """A wait of real time: the child sleeps until the deadline by itself, and the program starts no sooner."""
+    executor = runner.executor
+
+    async def scenario() -> tuple[ExecutionResult, float]:
+        deadline = time.monotonic() + 0.2
+        with start_gate.offered(asyncio.Event().wait(), deadline) as gate:  # only the deadline says when
+            result = await _run(executor, _STAMP)
+            assert gate.taken and not gate.wait.done()
+        return result, deadline
+
+    result, deadline = runner.call(scenario())
+    assert result.return_code == 0, result.stderr
+    assert deadline <= float(result.stdout or "nan") < deadline + 0.15
