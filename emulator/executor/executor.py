@@ -131,6 +131,7 @@ class Executor:
         # end the zygote never confirmed): the next run with one sweeps it first.  The
         # zygote sweeps every uid at the end of each run, so a confirmed run leaves it clean.
         self._dirty_uids: set[int] = set(self._free_uids) if self._exclusive_uids else set()
+        self._ready = 0  # runs waiting through a start gate, forked and set up (see _take_start_gate)
         self._uid_slots: asyncio.Semaphore | None = None
         self._workdirs: set[str] = set()
         runtime_bin = os.path.dirname(os.path.abspath(self.config.python))
@@ -310,6 +311,30 @@ class Executor:
             t0 = time.monotonic()
             await asyncio.sleep(0)
             return ExecutionResult("TimeLimitExceeded", time.monotonic() - t0, None, "", "")
+        gate = await self._take_start_gate()
+        if gate is None:
+            return await self._run(request, None)
+        self._ready += 1
+        try:
+            return await self._run(request, gate)
+        finally:
+            self._ready -= 1
+
+    async def _take_start_gate(self) -> start_gate.StartGate | None:
+        """The start gate offered to this run, if it may wait ready (forked and set up) through it.
+
+        Beyond ``config.ready_in_latency`` runs waiting so, a run waits first and forks after, as with no gate: each
+        ready one holds a process, a sandbox uid and a few of the zygote's descriptors for the whole wait.
+        """
+        gate = start_gate.take()
+        if gate is None or gate.wait.done():
+            return None
+        if self._ready >= self.config.ready_in_latency:
+            await asyncio.shield(gate.wait)
+            return None
+        return gate
+
+    async def _run(self, request: ExecutionRequest, gate: start_gate.StartGate | None) -> ExecutionResult:
         fast = self._use_fast_path(request)
         env = self.base_env(request.cwd)
         if request.extra_env:
@@ -351,7 +376,7 @@ class Executor:
                     msg["presweep"] = True
                 if setup is None:
                     self._hand_over(request.cwd, uid, self._gid)  # a few chown calls: cheaper inline
-            return await self._run_attempts(msg, blobs, request, unconfirmed, start_gate.take())
+            return await self._run_attempts(msg, blobs, request, unconfirmed, gate)
         finally:
             # The zygote kills every process of this uid before it reports the exit; a run we
             # stopped waiting for (cancelled, or no confirmation after a kill) keeps its uid
@@ -396,7 +421,7 @@ class Executor:
         gate: start_gate.StartGate | None = None,
     ) -> ExecutionResult:
         loop = asyncio.get_running_loop()
-        hold: asyncio.Future[None] | None = None
+        hold: asyncio.Future[object] | None = None
         start_at: float | None = None
         if gate is not None and not gate.wait.done():
             # Forked and set up now; the program starts when the wait is over: at ``start_at`` by the child's own

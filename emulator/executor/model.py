@@ -48,6 +48,9 @@ class ExecutorConfig:
     # What programs leave in that private temp root outside their work dirs is memory: it is removed once nothing in
     # it changed for this many seconds (checked every minute, or every half of this when shorter).
     private_tmp_max_age: float = 600.0
+    # Runs that may wait through an injected latency forked and set up, their program held until it ends (see
+    # ``start_gate``); beyond this many, a run waits first and forks after.  0 turns it off.
+    ready_in_latency: int = 128
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ class StartGate:
     and a timer of the event loop (whole milliseconds) between the end of the wait and the program's start.
     """
 
-    def __init__(self, wait: Awaitable[None], deadline: float | None = None) -> None:
-        self.wait: asyncio.Future[None] = asyncio.ensure_future(wait)
+    def __init__(self, wait: Awaitable[object], deadline: float | None = None) -> None:
+        self.wait: asyncio.Future[object] = asyncio.ensure_future(wait)
         self.deadline = deadline
         self.taken = False
 
@@ -51,7 +51,7 @@ _CURRENT: ContextVar[StartGate | None] = ContextVar("emulator_start_gate", defau
 
 
 @contextmanager
-def offered(wait: Awaitable[None], deadline: float | None = None) -> Iterator[StartGate]:
+def offered(wait: Awaitable[object], deadline: float | None = None) -> Iterator[StartGate]:
     """Offer ``wait`` to the executions of the calling context; cancelled on the way out if still running."""
     gate = StartGate(wait, deadline)
     token = _CURRENT.set(gate)

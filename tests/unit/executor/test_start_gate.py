@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.executor import ExecutionRequest, ExecutionResult, Executor, start_gate
+from emulator.executor import ExecutionRequest, ExecutionResult, Executor, ExecutorConfig, start_gate
 
 from .conftest import Runner
 
@@ -169,3 +169,42 @@ def test_with_a_deadline_the_child_starts_itself_at_that_instant(runner: Runner)
     result, deadline = runner.call(scenario())
     assert result.return_code == 0, result.stderr
     assert deadline <= float(result.stdout or "nan") < deadline + 0.15
+
+
+def test_beyond_the_cap_a_run_waits_first_and_forks_after(loop: asyncio.AbstractEventLoop) -> None:
+    """With ``ready_in_latency=1`` a second gated run does not fork during its wait; it still starts after it."""
+    executor = Executor(ExecutorConfig(python_mode="fast", ready_in_latency=1))
+    runner = Runner(loop, executor, "fast")
+
+    async def gated(release: asyncio.Event) -> ExecutionResult:
+        with start_gate.offered(release.wait()) as gate:
+            result = await _run(executor, _STAMP)
+            await gate.finish()
+            return result
+
+    async def scenario() -> tuple[ExecutionResult, float, ExecutionResult, float]:
+        await executor.start()
+        first_release, second_release = asyncio.Event(), asyncio.Event()
+        first = asyncio.ensure_future(gated(first_release))
+        await _until_held_child(executor)
+        second = asyncio.ensure_future(gated(second_release))
+        zygote = executor.zygote_pid
+        assert zygote is not None
+        for _ in range(20):  # let the second run go as far as it would (it would fork within a few iterations)
+            await asyncio.sleep(0)
+        spawned = executor._zygote._pending if executor._zygote is not None else {}
+        assert len(spawned) == 1 and len(_children_of(zygote)) == 1  # only the first is forked and held
+        second_released = time.monotonic()
+        second_release.set()
+        second_result = await second
+        assert not first.done()
+        first_released = time.monotonic()
+        first_release.set()
+        return await first, first_released, second_result, second_released
+
+    try:
+        first, first_released, second, second_released = runner.call(scenario())
+    finally:
+        runner.call(executor.aclose())
+    assert float(first.stdout or "nan") >= first_released
+    assert float(second.stdout or "nan") >= second_released
