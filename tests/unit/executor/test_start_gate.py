@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -42,6 +43,20 @@ async def _until_held_child(executor: Executor, within: float = 10.0) -> int:
             return kids[0]
         await asyncio.sleep(0.005)
     raise AssertionError("no child was forked during the wait")
+
+
+def _gone(pid: int, within: float = 10.0) -> bool:
+    """Poll /proc (no fixed delay) until ``pid`` is dead: gone, or a zombie."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.005)
+    return False
 
 
 async def _run(executor: Executor, code: str, timeout: float = 10.0) -> ExecutionResult:
@@ -208,3 +223,30 @@ def test_beyond_the_cap_a_run_waits_first_and_forks_after(loop: asyncio.Abstract
         runner.call(executor.aclose())
     assert float(first.stdout or "nan") >= first_released
     assert float(second.stdout or "nan") >= second_released
+
+
+def test_a_zygote_lost_while_its_child_waits_is_an_error_at_once(loop: asyncio.AbstractEventLoop) -> None:
+    """The warm interpreter dies while a ready child sleeps towards a deadline a minute away: the run is an Error
+    at once (not a minute later), the child dies with it, and the next run gets a fresh warm interpreter."""
+    executor = Executor(ExecutorConfig(python_mode="fast"))
+    runner = Runner(loop, executor, "fast")
+
+    async def scenario() -> tuple[ExecutionResult, int, ExecutionResult]:
+        await executor.start()
+        with start_gate.offered(asyncio.Event().wait(), time.monotonic() + 60):
+            run = asyncio.ensure_future(_run(executor, "print('never')"))
+            held = await _until_held_child(executor)
+            zygote = executor.zygote_pid
+            assert zygote is not None
+            os.kill(zygote, signal.SIGKILL)
+            lost = await asyncio.wait_for(run, 10)
+        after = await _run(executor, "print('after')")
+        return lost, held, after
+
+    try:
+        lost, held, after = runner.call(scenario())
+    finally:
+        runner.call(executor.aclose())
+    assert (lost.status, lost.return_code, lost.stdout) == ("Error", None, None)
+    assert _gone(held)
+    assert (after.status, after.stdout) == ("Finished", "after\n")
