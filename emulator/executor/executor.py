@@ -12,6 +12,7 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from . import start_gate
@@ -458,20 +459,21 @@ class Executor:
         deadline = t0 + request.timeout
         timed_out: list[float] = []
 
-        def on_timeout() -> None:
+        def on_timeout(again: Callable[[Any], None]) -> None:
             # Wall clock from our side: kill the group now; the zygote reports the exit (with
             # the output so far) once it is gone, and we stop waiting after a grace period.
             now = time.monotonic()
             if now < deadline:
                 # uvloop's timers count whole milliseconds and can fire up to one early: a kill
                 # then would end the program before its deadline, and it would read as Finished, -9.
-                timers.append(loop.call_at(loop.time() + (deadline - now), on_timeout))
+                timers.append(loop.call_at(loop.time() + (deadline - now), again, again))
                 return
             timed_out.append(now)
             zygote.kill(req_id)
             timers.append(loop.call_later(_KILL_GRACE, _give_up, pending, unconfirmed))
 
-        timers = [loop.call_at(loop.time() + (deadline - time.monotonic()), on_timeout)]
+        # on_timeout gets itself as an argument rather than naming itself: a closure that names itself is a cycle.
+        timers = [loop.call_at(loop.time() + (deadline - time.monotonic()), on_timeout, on_timeout)]
         try:
             reply = await pending.exited
         except asyncio.CancelledError:
@@ -486,6 +488,9 @@ class Executor:
         finally:
             for handle in timers:
                 handle.cancel()
+            # uvloop's cancelled handles keep their callback: on_timeout -> its cell -> timers -> the handles would be
+            # a cycle per run, left to the garbage collector with the run's pending reply and future.
+            timers.clear()
         if reply is None:  # killed, but the zygote did not confirm in time
             return ExecutionResult("TimeLimitExceeded", timed_out[0] - t0, None, "", "")
         info = reply.msg
