@@ -61,14 +61,24 @@ def rule_matches(rule: Rule, route: str, key: str, attempt: int, ordinal: int, *
     return not (rule.requests and not any(ordinal in r for r in rule.requests))
 
 
+#: Keys whose attempts are counted: a long training run sends millions of distinct programs, and retries come soon.
+DEFAULT_MAX_KEYS = 200_000
+
+
 class FaultEngine:
     """Decides, per arrival, the latency and fault to inject, and enforces the plan's limits.
 
     Thread-safe: one lock guards counters, limiter state and the log, so it can serve an ASGI
-    app and a threaded server at once.
+    app and a threaded server at once. Attempts are counted for the ``max_keys`` keys seen most
+    recently; a key not seen since that many others arrived starts again at attempt 1.
     """
 
-    def __init__(self, plan: FaultPlan | None = None, clock: Clock | None = None) -> None:
+    def __init__(
+        self, plan: FaultPlan | None = None, clock: Clock | None = None, max_keys: int = DEFAULT_MAX_KEYS
+    ) -> None:
+        if max_keys < 1:
+            raise ValueError(f"max_keys must be at least 1, got {max_keys}")
+        self.max_keys = max_keys
         self._plan = plan if plan is not None else FaultPlan()
         self.clock: Clock = clock if clock is not None else RealClock()
         self.log = DecisionLog()
@@ -315,8 +325,11 @@ class FaultEngine:
         with self._lock:
             ordinal = self._ordinals.get(route, 0) + 1
             self._ordinals[route] = ordinal
-            attempt = self._attempts.get((route, key), 0) + 1
-            self._attempts[(route, key)] = attempt
+            attempts = self._attempts
+            attempt = attempts.pop((route, key), 0) + 1  # re-inserted: the dict's order is the order of last arrival
+            if len(attempts) >= self.max_keys:
+                del attempts[next(iter(attempts))]
+            attempts[(route, key)] = attempt
             now = self.plan_time()
             adm = self._admit_locked(route, key)
             if adm is not None and not adm.granted:

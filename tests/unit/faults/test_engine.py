@@ -267,3 +267,19 @@ def test_logical_key() -> None:
     assert logical_key(b'{"code": "print(1)"}') == logical_key('{"code": "print(1)"}')
     assert logical_key(b"a") != logical_key(b"b")
     assert logical_key(b"a", "traj-1") == "traj-1"
+
+
+def test_attempts_are_counted_for_the_most_recent_keys_only() -> None:
+    """A long run sends millions of distinct programs: the attempt counts stay bounded, oldest key out first."""
+    engine = FaultEngine(max_keys=3)
+    route = "sandbox_fusion.run_code"
+    for key in ("a", "b", "c"):
+        assert engine.decide(route, key).attempt == 1
+    assert engine.decide(route, "a").attempt == 2  # a retry: "a" is now the most recent
+    assert engine.decide(route, "d").attempt == 1  # evicts "b", the least recent
+    assert [engine.attempts(route, k) for k in "abcd"] == [2, 0, 1, 1]
+    assert engine.decide(route, "b").attempt == 1  # forgotten: counted afresh (and "c" goes)
+    assert [engine.attempts(route, k) for k in "abcd"] == [2, 1, 0, 1]
+    assert engine.decide(route, "a").attempt == 3
+    with pytest.raises(ValueError, match="max_keys"):
+        FaultEngine(max_keys=0)
