@@ -923,8 +923,13 @@ def _prepare(req: dict[str, Any], blobs: list[bytes]) -> _Prepared:
     return prepared
 
 
-def _abandon(prepared: _Prepared) -> None:
-    """A spawn that failed before its child ran: remove the work dir made for it."""
+def _spawn_failed(prepared: _Prepared, error: str, fds: tuple[int, ...]) -> None:
+    """A spawn that failed before its child ran: close the pipes made for it (-1: not made), report, and remove the
+    work dir made for it."""
+    for fd in fds:
+        if fd >= 0:
+            os.close(fd)
+    _send({"op": "spawn_failed", "id": prepared.req_id, "error": error})
     if prepared.plan.workdir is not None and prepared.plan.workdir_error is None:
         _rmtree(prepared.plan.workdir[0])
 
@@ -956,11 +961,7 @@ def _fork_run(run: list[_Prepared]) -> _Job | None:
             if prepared.hold:
                 hold_r, hold_w = os.pipe2(os.O_CLOEXEC)
         except OSError as exc:
-            for fd in (in_r, in_w, out_r, out_w, err_r, err_w, hold_r, hold_w):
-                if fd >= 0:
-                    os.close(fd)
-            _send({"op": "spawn_failed", "id": prepared.req_id, "error": f"pipe failed: {exc}"})
-            _abandon(prepared)
+            _spawn_failed(prepared, f"pipe failed: {exc}", (in_r, in_w, out_r, out_w, err_r, err_w, hold_r, hold_w))
             continue
         main = prepared.main
         job = None
@@ -990,11 +991,7 @@ def _fork_run(run: list[_Prepared]) -> _Job | None:
         try:
             pid = os.fork()
         except OSError as exc:
-            for fd in (in_r, in_w, out_r, out_w, err_r, err_w, hold_r, hold_w):
-                if fd >= 0:
-                    os.close(fd)
-            _send({"op": "spawn_failed", "id": prepared.req_id, "error": f"fork failed: {exc}"})
-            _abandon(prepared)
+            _spawn_failed(prepared, f"fork failed: {exc}", (in_r, in_w, out_r, out_w, err_r, err_w, hold_r, hold_w))
             continue
         if pid == 0:
             return _child(plan, _ZYGOTE_PID[0], job)
