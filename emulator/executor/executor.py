@@ -115,6 +115,9 @@ class Executor:
             raise ValueError(
                 f"private_tmp_max_age must be a positive number of seconds, not {self.config.private_tmp_max_age!r}"
             )
+        ready = self.config.ready_in_latency
+        if isinstance(ready, bool) or not isinstance(ready, int) or ready < 0:
+            raise ValueError(f"ready_in_latency must be a whole number, 0 or more, not {ready!r}")
         self._uid_lock: int | None = None
         self._uid_block: int | None = None
         if base is not None and self.config.sandbox_uid_count > 1:

@@ -75,22 +75,21 @@ async def _run(executor: Executor, code: str, timeout: float = 10.0) -> Executio
 def test_the_program_is_forked_during_the_wait_and_starts_after_it(runner: Runner) -> None:
     executor = runner.executor
 
-    async def scenario() -> tuple[ExecutionResult, float, int]:
+    async def scenario() -> tuple[ExecutionResult, float]:
         release = asyncio.Event()
         with start_gate.offered(release.wait()) as gate:
             run = asyncio.ensure_future(_run(executor, _STAMP, timeout=1.0))
-            held = await _until_held_child(executor)
+            await _until_held_child(executor)
             assert not run.done() and gate.taken
             released_at = time.monotonic()
             release.set()
             result = await run
             await gate.finish()
-        return result, released_at, held
+        return result, released_at
 
-    result, released_at, held = runner.call(scenario())
+    result, released_at = runner.call(scenario())
     assert (result.status, result.return_code) == ("Finished", 0), result.stderr
     assert float(result.stdout or "nan") >= released_at  # it did not start before the wait ended
-    assert held > 0
     # The timeout counts from the start: a wait longer than it would otherwise have ended the run.
     assert result.execution_time is not None and result.execution_time < 1.0
 
@@ -141,17 +140,6 @@ def test_only_the_first_run_takes_the_wait(runner: Runner) -> None:
 
     (first, second), released_at = runner.call(scenario())
     assert float(second.stdout or "nan") < released_at <= float(first.stdout or "nan")
-
-
-def test_a_wait_already_over_is_not_a_hold(runner: Runner) -> None:
-    executor = runner.executor
-
-    async def scenario() -> ExecutionResult:
-        with start_gate.offered(asyncio.sleep(0)) as gate:
-            await gate.finish()
-            return await _run(executor, "print('now')")
-
-    assert runner.call(scenario()).stdout == "now\n"
 
 
 @pytest.mark.parametrize("timed", [False, True], ids=["go", "deadline"])
@@ -250,3 +238,9 @@ def test_a_zygote_lost_while_its_child_waits_is_an_error_at_once(loop: asyncio.A
     assert (lost.status, lost.return_code, lost.stdout) == ("Error", None, None)
     assert _gone(held)
     assert (after.status, after.stdout) == ("Finished", "after\n")
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True, "8"])
+def test_a_ready_in_latency_that_is_not_a_count_is_refused(value: object) -> None:
+    with pytest.raises(ValueError, match="ready_in_latency must be a whole number"):
+        Executor(ExecutorConfig(ready_in_latency=value))  # type: ignore[arg-type]
