@@ -1,8 +1,12 @@
-"""Connection-level faults: uvicorn protocols that expose their transport so a handler can reset or truncate.
+"""Our uvicorn protocols: they expose their transport so a handler can reset or truncate, and send each response whole.
 
 ASGI gives an application no way to drop a connection. Our server runs uvicorn with these protocol classes, which
 put the asyncio transport into ``scope["extensions"]["emulator.transport"]``. Under an ASGI transport that has no
 socket (httpx's ``ASGITransport``), a reset is raised as :class:`EmulatedConnectionReset` instead.
+
+uvicorn writes a response's head and its body in two system calls. A client then wakes for the head alone, and on a
+small machine it takes the CPU from the server before the body is written (0.3 ms more per call at concurrency 1).
+:class:`CoalescingTransport` sends what one turn of the event loop writes in one call.
 """
 
 from __future__ import annotations
@@ -27,13 +31,63 @@ class EmulatedConnectionReset(ConnectionResetError):
     """Raised to an in-process ASGI client where a real server would have reset the connection."""
 
 
+class CoalescingTransport:
+    """A transport whose writes within one turn of the event loop leave in one ``write`` (at the turn's end).
+
+    ``close`` sends what is pending first; ``abort`` drops it (a reset sends nothing more). Everything else is the
+    wrapped transport's.
+    """
+
+    __slots__ = ("_loop", "_pending", "_transport")
+
+    def __init__(self, transport: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] | None = None
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        chunk = data if type(data) is bytes else bytes(data)  # the caller may reuse its buffer
+        if self._pending is None:
+            self._pending = [chunk]
+            self._loop.call_soon(self._flush)
+        else:
+            self._pending.append(chunk)
+
+    def writelines(self, chunks: Any) -> None:
+        for chunk in chunks:
+            self.write(chunk)
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending and not self._transport.is_closing():
+            self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def get_write_buffer_size(self) -> int:
+        pending = sum(len(chunk) for chunk in self._pending) if self._pending else 0
+        return int(self._transport.get_write_buffer_size()) + pending
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._pending = None
+        self._transport.abort()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 def _expose(scope: dict[str, Any], transport: asyncio.BaseTransport) -> None:
     extensions = scope.setdefault("extensions", {})
     extensions[TRANSPORT_KEY] = transport
 
 
 class ExposingH11Protocol(H11Protocol):
-    """h11 protocol whose scopes carry the transport."""
+    """h11 protocol whose scopes carry the transport, and whose responses leave whole."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
 
     def handle_events(self) -> None:
         super().handle_events()
@@ -44,7 +98,10 @@ class ExposingH11Protocol(H11Protocol):
 if HttpToolsProtocol is not None:
 
     class ExposingHttpToolsProtocol(HttpToolsProtocol):
-        """httptools protocol whose scopes carry the transport."""
+        """httptools protocol whose scopes carry the transport, and whose responses leave whole."""
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
