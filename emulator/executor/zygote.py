@@ -78,6 +78,9 @@ class Zygote:
         self._pending: dict[int, Pending] = {}
         #: Spawned children held before their program (see ``start_gate``): pending, but nothing of theirs runs.
         self.holding = 0
+        #: Fast-path runs reported when their program ended, before the kernel had torn the process down (see
+        #: ``_done_early`` in zygote_main): for tests and benchmarks.
+        self.exits_before_teardown = 0
         self._next_id = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
@@ -207,6 +210,8 @@ class Zygote:
                 blobs.append(bytes(buf[offset : offset + out_len]))
                 blobs.append(bytes(buf[offset + out_len : offset + out_len + err_len]))
                 msg: dict[str, Any] = {"op": "exited", "id": req_id, "rc": rc, "at": at, "removed": bool(flags & 1)}
+                if flags & 2:
+                    self.exits_before_teardown += 1
             else:
                 msg = _loads(bytes(buf[start : start + head_len]))
                 lengths = msg.get("b")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -18,6 +19,28 @@ _TMP_PATH = re.compile(r"/tmp/tmp[a-z0-9_]{8}/tmp[a-z0-9_]{8}\.py")
 def normalize_paths(text: str | None) -> str | None:
     """Replace the per-execution script path the way the reference diff harness does."""
     return None if text is None else _TMP_PATH.sub("/tmp/tmpDIR/tmpFILE.py", text)
+
+
+def pidfds_of(pid: int) -> int:
+    """How many pidfds ``pid`` holds: the zygote holds one per child it has not reaped yet."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:[pidfd]":
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+def wait_until_reaped(zygote: int, within: float = 10.0) -> None:
+    """Poll /proc until the zygote has reaped every child. A run is reported when its program ends, which can be
+    before the kernel has torn its process down; the zygote reaps it a moment later (and closes its pidfd then)."""
+    deadline = time.monotonic() + within
+    while pidfds_of(zygote):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the zygote still holds {pidfds_of(zygote)} pidfds after {within} s")
+        time.sleep(0.002)
 
 
 class Runner:

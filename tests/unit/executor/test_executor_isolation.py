@@ -15,7 +15,7 @@ import pytest
 
 from emulator.executor import ExecutionRequest, ExecutionResult, Executor, ExecutorConfig
 
-from .conftest import Runner
+from .conftest import Runner, wait_until_reaped
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="uid drop and capabilities need root")
@@ -495,6 +495,8 @@ def test_a_burst_forked_together_keeps_every_run_apart(runner: Runner) -> None:
 
     runner.run("pass")  # the zygote is up
     zygote = runner.executor.zygote_pid
+    if zygote:
+        wait_until_reaped(zygote)
     fds_before = len(os.listdir(f"/proc/{zygote}/fd")) if zygote else 0
     for i, (got, _) in enumerate(runner.call(burst())):
         assert got.return_code == 0, got.stderr
@@ -502,6 +504,7 @@ def test_a_burst_forked_together_keeps_every_run_apart(runner: Runner) -> None:
         assert got.stderr == f"err in{i}\n"
     if zygote:
         assert runner.executor.zygote_pid == zygote
+        wait_until_reaped(zygote)
         assert len(os.listdir(f"/proc/{zygote}/fd")) == fds_before
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from emulator.executor import ExecutionRequest, ExecutionResult, Executor, ExecutorConfig, WorkdirError
 
-from .conftest import Runner
+from .conftest import Runner, wait_until_reaped
 
 _LIST_TMP = "import os\nprint(os.getcwd())\nprint(sorted(os.listdir(os.path.dirname(os.getcwd()))))\n"
 
@@ -240,6 +240,7 @@ def test_a_spawn_that_fails_after_its_dir_was_made_removes_the_dir(runner: Runne
     runner.run("print('warm')")  # the zygote is up
     zygote = executor.zygote_pid
     assert zygote is not None
+    wait_until_reaped(zygote)  # its pidfd closed: the fds counted below are those the zygote keeps
     open_fds = {int(fd) for fd in os.listdir(f"/proc/{zygote}/fd")}
     free = [fd for fd in range(max(open_fds) + 5) if fd not in open_fds]
     soft, hard = resource.prlimit(zygote, resource.RLIMIT_NOFILE)
