@@ -196,6 +196,7 @@ def _install_recursion_shim(offset: int) -> None:
 # --- libc via ctypes (argument objects built once, reused by every child) -----------------
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_TIMERSLACK = 29
 _PR_SET_KEEPCAPS = 8
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
@@ -775,6 +776,10 @@ def _child(plan: _Plan, zygote_pid: int, job: _Job | None) -> _Job | None:
         _check(_child_prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0), "PR_SET_PDEATHSIG")
         if os.getppid() != zygote_pid:
             os._exit(1)
+        if job is not None:
+            # Before any wait for the start (no program sees when its generator was seeded).
+            for seed, inst in _RESEED:
+                seed(inst, None)
         if hold_fd >= 0:
             # Ready: wait for the go (EOF instead: the run was called off, or the zygote is gone).
             if os.read(hold_fd, 1) != b"g":
@@ -783,17 +788,17 @@ def _child(plan: _Plan, zygote_pid: int, job: _Job | None) -> _Job | None:
         elif plan.start_at:
             delay = plan.start_at - time.monotonic()
             if delay > 0:
+                # Woken at the instant, not up to the default 50 us of timer slack later; the program gets the default.
+                _child_prctl(_PR_SET_TIMERSLACK, 1, 0, 0, 0)
                 time.sleep(delay)
+                _child_prctl(_PR_SET_TIMERSLACK, 0, 0, 0, 0)
         if job is None:
             _child_exec(plan.req)
         os.close(status_w)
     except BaseException as exc:
         _child_fail(exc)
-    if job is not None:
-        for seed, inst in _RESEED:
-            seed(inst, None)
-        if job.load:
-            _child_load(job)
+    if job is not None and job.load:
+        _child_load(job)
     return job
 
 

@@ -174,6 +174,22 @@ def test_with_a_deadline_the_child_starts_itself_at_that_instant(runner: Runner)
     assert deadline <= float(result.stdout or "nan") < deadline + 0.15
 
 
+def test_after_a_timed_wait_the_program_has_the_usual_timer_slack_and_its_own_random_state(runner: Runner) -> None:
+    """The child sleeps to its deadline with no timer slack (woken at the instant), then puts the usual slack back:
+    the program's sleeps are as coarse as anywhere. Its random generator is seeded afresh, as in any run."""
+    executor = runner.executor
+    probe = "import random\nprint(open('/proc/self/timerslack_ns').read().strip(), random.random())\n"
+
+    async def timed() -> ExecutionResult:
+        with start_gate.offered(asyncio.Event().wait(), time.monotonic() + 0.05):
+            return await _run(executor, probe)
+
+    usual = runner.run(probe).stdout.split()  # type: ignore[union-attr]
+    after_waits = [runner.call(timed()).stdout.split() for _ in range(3)]
+    assert [slack for slack, _ in after_waits] == [usual[0]] * 3
+    assert len({draw for _, draw in after_waits} | {usual[1]}) == 4
+
+
 def test_beyond_the_cap_a_run_waits_first_and_forks_after(loop: asyncio.AbstractEventLoop) -> None:
     """With ``ready_in_latency=1`` a second gated run does not fork during its wait; it still starts after it."""
     executor = Executor(ExecutorConfig(python_mode="fast", ready_in_latency=1))
