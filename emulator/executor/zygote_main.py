@@ -1212,12 +1212,15 @@ def _done_early(child: _Child, now: float) -> None:
     child.rc = status
     child.exited_at = now
     child.reported = True
+    _close_stdin(child)
+    _complete(child)
+    # The report goes out first: the kills below end what the program left, which must happen before this uid runs
+    # again, and it cannot: the executor's next request is read after them, in a later turn of this loop.
+    _flush()
     with contextlib.suppress(OSError):
         os.killpg(child.pid, signal.SIGKILL)
     if child.uid is not None:
         _sweep_uid(child.uid)
-    _close_stdin(child)
-    _complete(child)
 
 
 def _on_exit(child: _Child, now: float) -> None:
