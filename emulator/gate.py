@@ -104,7 +104,11 @@ class FaultGate:
         ``ready_in_latency``: the handler's only effect is running programs (Sandbox Fusion's ``/run_code``), so
         during an injected latency the first program's sandbox may get ready, forked and held, and start when the
         latency is over (see :mod:`emulator.executor.start_gate`); its answer never comes before the latency ends.
+
+        On the real clock a latency runs from the request's arrival (as the server saw its first bytes): reading and
+        deciding on it happen during the latency, as they would behind a slow network.
         """
+        arrived = transport.arrived_at(request.scope)
         body = await request.body()
         key = request_key(request.headers, body)
         decision = self.engine.decide(route, key)
@@ -115,7 +119,7 @@ class FaultGate:
             entry.detail["rule"] = decision.rule_id or decision.limit
         token = _CURRENT_ENTRY.set(entry)
         try:
-            response, outcome = await self._answer(decision, body, handler, ready_in_latency)
+            response, outcome = await self._answer(decision, body, handler, ready_in_latency, arrived)
         except Exception:
             self.journal.end(entry, 500, "error")
             raise
@@ -182,19 +186,32 @@ class FaultGate:
             self.engine.release(decision)
         self.journal.end(entry, status, outcome)
 
+    def _latency(self, decision: Decision, arrived: float | None) -> tuple[float, float | None]:
+        """What is left of the decision's latency to wait, and (real clock only) the instant it ends."""
+        clock = self.engine.clock
+        if not isinstance(clock, RealClock):
+            return decision.latency, None
+        now = clock.monotonic()
+        deadline = (arrived if arrived is not None and arrived <= now else now) + decision.latency
+        return deadline - now, deadline
+
     async def _answer(
-        self, decision: Decision, body: bytes, handler: Handler, ready_in_latency: bool = False
+        self,
+        decision: Decision,
+        body: bytes,
+        handler: Handler,
+        ready_in_latency: bool = False,
+        arrived: float | None = None,
     ) -> tuple[Response, str]:
         action = decision.action
-        if action is None and ready_in_latency and decision.latency > 0:
-            clock = self.engine.clock
-            deadline = clock.monotonic() + decision.latency if isinstance(clock, RealClock) else None
-            with start_gate.offered(clock.sleep(decision.latency), deadline) as latency:
-                response, _ = await handler(body)
-                await latency.finish()
-            return response, "ok" if response.status_code < 400 else "invalid"
         if decision.latency > 0:
-            await self.engine.clock.sleep(decision.latency)
+            wait, deadline = self._latency(decision, arrived)
+            if action is None and ready_in_latency:
+                with start_gate.offered(self.engine.clock.sleep(wait), deadline) as latency:
+                    response, _ = await handler(body)
+                    await latency.finish()
+                return response, "ok" if response.status_code < 400 else "invalid"
+            await self.engine.clock.sleep(wait)
         if action is None:
             response, _ = await handler(body)
             return response, "ok" if response.status_code < 400 else "invalid"

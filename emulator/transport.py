@@ -15,11 +15,15 @@ import asyncio
 import contextlib
 import socket
 import struct
+import time
+from collections.abc import Mapping
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 TRANSPORT_KEY = "emulator.transport"
+#: When the request began to arrive (``time.monotonic()``): an injected latency runs from then.
+ARRIVED_KEY = "emulator.arrived"
 
 try:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -81,6 +85,7 @@ class CoalescingTransport:
 def _expose(scope: dict[str, Any], transport: asyncio.BaseTransport) -> None:
     extensions = scope.setdefault("extensions", {})
     extensions[TRANSPORT_KEY] = transport
+    extensions[ARRIVED_KEY] = time.monotonic()
 
 
 class ExposingH11Protocol(H11Protocol):
@@ -110,6 +115,12 @@ if HttpToolsProtocol is not None:
     DEFAULT_PROTOCOL: type[Any] = ExposingHttpToolsProtocol
 else:  # pragma: no cover - depends on the install
     DEFAULT_PROTOCOL = ExposingH11Protocol
+
+
+def arrived_at(scope: Mapping[str, Any]) -> float | None:
+    """When the request began to arrive (``time.monotonic()``), None under an ASGI transport with no socket."""
+    arrived = scope.get("extensions", {}).get(ARRIVED_KEY)
+    return arrived if isinstance(arrived, float) else None
 
 
 def transport_of(scope: dict[str, Any]) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from typing import Any
@@ -107,6 +108,28 @@ def test_the_program_starts_only_after_the_latency(sandbox_fusion_url: str, emul
     invalid = requests.post(sandbox_fusion_url, json={"language": "python"}, timeout=10)
     assert invalid.status_code == 422 and time.monotonic() - invalid_sent >= 0.25
     assert [(e.status, e.outcome) for e in emulator_journal.entries()] == [(200, "ok"), (422, "invalid")]
+
+
+@pytest.mark.faults({"rules": [{"id": "slow", "route": RUN_CODE, "latency": {"fixed": 0.5}}]})
+def test_the_latency_runs_from_the_requests_first_bytes(sandbox_fusion_url: str) -> None:
+    """A client that sends its head, then its body 0.3 s later: the program starts 0.5 s after the head came, not
+    0.5 s after the body (the server's reading and deciding run during the latency, as behind a slow network)."""
+    host, port = sandbox_fusion_url.removeprefix("http://").split("/")[0].split(":")
+    body = json.dumps({"code": "import time\nprint(time.monotonic())", "language": "python"}).encode()
+    head = (
+        f"POST /run_code HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sent = time.monotonic()
+        sock.sendall(head)
+        time.sleep(0.3)  # the slow client under test
+        sock.sendall(body)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    started = float(json.loads(answer.partition(b"\r\n\r\n")[2])["run_result"]["stdout"])
+    assert sent + 0.5 <= started < sent + 0.75
 
 
 @pytest.mark.faults(_rule("null_stdout"))
