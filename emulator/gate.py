@@ -207,7 +207,10 @@ class FaultGate:
         if decision.latency > 0:
             wait, deadline = self._latency(decision, arrived)
             if action is None and ready_in_latency:
-                with start_gate.offered(self.engine.clock.sleep(wait), deadline) as latency:
+                # On the real clock the deadline is the whole wait: the program's process wakes at it, the server
+                # does not (see start_gate).
+                timed = self.engine.clock.sleep(wait) if deadline is None else None
+                with start_gate.offered(timed, deadline) as latency:
                     response, _ = await handler(body)
                     await latency.finish()
                 return response, "ok" if response.status_code < 400 else "invalid"

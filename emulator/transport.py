@@ -6,7 +6,8 @@ socket (httpx's ``ASGITransport``), a reset is raised as :class:`EmulatedConnect
 
 uvicorn writes a response's head and its body in two system calls. A client then wakes for the head alone, and on a
 small machine it takes the CPU from the server before the body is written (0.3 ms more per call at concurrency 1).
-:class:`CoalescingTransport` sends what one turn of the event loop writes in one call.
+:class:`CoalescingTransport` sends what one turn of the event loop writes in one call, and our protocols send a
+response as soon as it is complete.
 """
 
 from __future__ import annotations
@@ -61,6 +62,10 @@ class CoalescingTransport:
         for chunk in chunks:
             self.write(chunk)
 
+    def flush(self) -> None:
+        """Send what is pending now (a complete response), not at the end of the turn."""
+        self._flush()
+
     def _flush(self) -> None:
         pending, self._pending = self._pending, None
         if pending and not self._transport.is_closing():
@@ -94,6 +99,10 @@ class ExposingH11Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
 
+    def on_response_complete(self) -> None:
+        self.transport.flush()  # type: ignore[attr-defined]
+        super().on_response_complete()
+
     def handle_events(self) -> None:
         super().handle_events()
         if getattr(self, "scope", None) is not None:
@@ -107,6 +116,10 @@ if HttpToolsProtocol is not None:
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+
+        def on_response_complete(self) -> None:
+            self.transport.flush()  # type: ignore[attr-defined]
+            super().on_response_complete()
 
         def on_message_begin(self) -> None:
             super().on_message_begin()

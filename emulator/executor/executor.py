@@ -331,10 +331,10 @@ class Executor:
         ready one holds a process, a sandbox uid and a few of the zygote's descriptors for the whole wait.
         """
         gate = start_gate.take()
-        if gate is None or gate.wait.done():
+        if gate is None or gate.over():
             return None
         if self._ready >= self.config.ready_in_latency:
-            await asyncio.shield(gate.wait)
+            await gate.until_over()
             return None
         return gate
 
@@ -427,7 +427,7 @@ class Executor:
         loop = asyncio.get_running_loop()
         hold: asyncio.Future[object] | None = None
         start_at: float | None = None
-        if gate is not None and not gate.wait.done():
+        if gate is not None and not gate.over():
             # Forked and set up now; the program starts when the wait is over: at ``start_at`` by the child's own
             # clock when the wait is one of real time (no message, no timer of ours in between), else on go().
             if gate.deadline is not None:
@@ -435,6 +435,7 @@ class Executor:
                 msg["start_at"] = start_at
             else:
                 hold = gate.wait
+                assert hold is not None
                 msg["hold"] = True
         else:
             msg.pop("hold", None)

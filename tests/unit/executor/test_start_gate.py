@@ -260,3 +260,21 @@ def test_a_zygote_lost_while_its_child_waits_is_an_error_at_once(loop: asyncio.A
 def test_a_ready_in_latency_that_is_not_a_count_is_refused(value: object) -> None:
     with pytest.raises(ValueError, match="ready_in_latency must be a whole number"):
         Executor(ExecutorConfig(ready_in_latency=value))  # type: ignore[arg-type]
+
+
+def test_a_gate_of_real_time_is_a_deadline_alone(loop: asyncio.AbstractEventLoop) -> None:
+    """Nothing of the server's is scheduled for the end of a wait of real time; finishing it when no run took it
+    still waits until the deadline. A gate needs a wait or a deadline."""
+
+    async def scenario() -> tuple[bool, bool, float]:
+        deadline = time.monotonic() + 0.1
+        with start_gate.offered(None, deadline) as gate:
+            assert gate.wait is None
+            before = gate.over()
+            await gate.finish()
+            return before, gate.over(), time.monotonic() - deadline
+
+    before, after, late = loop.run_until_complete(scenario())
+    assert (before, after) == (False, True) and late >= 0
+    with pytest.raises(ValueError):
+        start_gate.StartGate(None, None)
