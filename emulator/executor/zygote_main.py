@@ -206,6 +206,7 @@ def _install_recursion_shim(offset: int) -> None:
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_TIMERSLACK = 29
+_PR_SET_DUMPABLE = 4
 _PR_SET_KEEPCAPS = 8
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
@@ -783,6 +784,9 @@ def _child(plan: _Plan, zygote_pid: int, job: _Job | None) -> _Job | None:
             os.setresuid(uid, uid, uid)
             _check(_child_capset(*_CAP_ARGS), "capset")
             _check(_child_prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE, _CAP_DAC_READ_SEARCH, 0, 0), "PR_CAP_AMBIENT")
+            # The uid change made us undumpable (its /proc files root's); a program exec'd, as on the real server,
+            # is dumpable again. So is this one.
+            _check(_child_prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0), "PR_SET_DUMPABLE")
             if plan.presweep:
                 # Leftovers of an earlier execution with this uid (e.g. after a zygote crash).
                 with contextlib.suppress(OSError):

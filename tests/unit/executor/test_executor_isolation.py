@@ -130,6 +130,17 @@ def test_program_dies_with_the_warm_interpreter(runner: Runner) -> None:
     assert (got.return_code, got.stdout) == (0, f"0 {int(signal.SIGKILL)}\n"), got.stderr
 
 
+def test_a_program_is_dumpable_as_an_execed_one_is(runner: Runner) -> None:
+    """PR_GET_DUMPABLE reads 1 on both paths (a uid change clears it; an exec, as on the real server, sets it), so
+    the program's own /proc files are its uid's and a debugger of that uid may attach."""
+    code = (
+        "import ctypes, os\n"
+        "print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0), os.stat('/proc/self/environ').st_uid == os.getuid())"
+    )
+    got = runner.run(code)
+    assert (got.return_code, got.stdout) == (0, "1 True\n"), got.stderr
+
+
 def test_rlimits(runner: Runner) -> None:
     code = (
         "import resource as r\n"
