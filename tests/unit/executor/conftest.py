@@ -43,6 +43,21 @@ def wait_until_reaped(zygote: int, within: float = 10.0) -> None:
         time.sleep(0.002)
 
 
+def dead(pid: int, within: float = 10.0) -> bool:
+    """Poll /proc (no fixed delay) until ``pid`` is dead: gone, or a zombie (killed, torn down, not yet reaped)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.005)
+    return False
+
+
 class Runner:
     """Runs code through one executor from synchronous tests."""
 

@@ -7,13 +7,11 @@ the end of both streams tells the zygote. These tests check that the result is t
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from emulator.executor import ExecutionResult, Executor
 
-from .conftest import Runner, wait_until_reaped
+from .conftest import Runner, dead, wait_until_reaped
 
 # (program, exit status, stdout, text that stderr holds)
 PROGRAMS = [
@@ -108,19 +106,4 @@ def test_a_process_it_left_is_killed_when_it_is_reported(runner: Runner) -> None
     )
     assert got.return_code == 0, got.stderr
     assert _early_count(executor) == before + 1
-    assert _dead(int(got.stdout or "0"))
-
-
-def _dead(pid: int, within: float = 10.0) -> bool:
-    """Poll /proc until ``pid`` is gone or a zombie (it is killed, then torn down and reaped by its parent)."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return True
-        if state in ("Z", "X"):
-            return True
-        time.sleep(0.005)
-    return False
+    assert dead(int(got.stdout or "0"))

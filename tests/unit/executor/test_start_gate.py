@@ -12,7 +12,7 @@ import pytest
 
 from emulator.executor import ExecutionRequest, ExecutionResult, Executor, ExecutorConfig, start_gate
 
-from .conftest import Runner
+from .conftest import Runner, dead
 
 # The program reports when it started (CLOCK_MONOTONIC is the same clock in every process here).
 _STAMP = "import time\nprint(time.monotonic())\n"
@@ -43,20 +43,6 @@ async def _until_held_child(executor: Executor, within: float = 10.0) -> int:
             return kids[0]
         await asyncio.sleep(0.005)
     raise AssertionError("no child was forked during the wait")
-
-
-def _gone(pid: int, within: float = 10.0) -> bool:
-    """Poll /proc (no fixed delay) until ``pid`` is dead: gone, or a zombie."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return True
-        if state in ("Z", "X"):
-            return True
-        time.sleep(0.005)
-    return False
 
 
 async def _run(executor: Executor, code: str, timeout: float = 10.0) -> ExecutionResult:
@@ -252,7 +238,7 @@ def test_a_zygote_lost_while_its_child_waits_is_an_error_at_once(loop: asyncio.A
     finally:
         runner.call(executor.aclose())
     assert (lost.status, lost.return_code, lost.stdout) == ("Error", None, None)
-    assert _gone(held)
+    assert dead(held)
     assert (after.status, after.stdout) == ("Finished", "after\n")
 
 
