@@ -7,6 +7,8 @@ the end of both streams tells the zygote. These tests check that the result is t
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from emulator.executor import ExecutionResult, Executor
@@ -34,10 +36,10 @@ PROGRAMS = [
 ]
 
 
-def _fast(runner: Runner) -> Executor:
-    if runner.mode != "fast":
-        pytest.skip("only fast-path children share a page with the zygote")
-    return runner.executor
+@pytest.fixture
+def fast(loop: asyncio.AbstractEventLoop, executors: dict[str, Executor]) -> Runner:
+    """The fast path only: faithful children exec, and a page shared with the zygote does not survive an exec."""
+    return Runner(loop, executors["fast"], "fast")
 
 
 def _early_count(executor: Executor) -> int:
@@ -54,8 +56,8 @@ def test_the_result_is_the_one_an_exit_gives(runner: Runner, code: str, status: 
     assert stderr in (got.stderr or "")
 
 
-def test_a_short_run_is_reported_before_its_teardown(runner: Runner) -> None:
-    executor = _fast(runner)
+def test_a_short_run_is_reported_before_its_teardown(fast: Runner) -> None:
+    runner, executor = fast, fast.executor
     runner.run("pass")  # the zygote is up
     before = _early_count(executor)
     for i in range(5):
@@ -73,8 +75,8 @@ def test_a_short_run_is_reported_before_its_teardown(runner: Runner) -> None:
         "import subprocess\nsubprocess.Popen(['sleep', '5'])\nprint('left one')\n",  # a process holds its stdout
     ],
 )
-def test_a_run_whose_streams_end_otherwise_is_waited_for(runner: Runner, code: str) -> None:
-    executor = _fast(runner)
+def test_a_run_whose_streams_end_otherwise_is_waited_for(fast: Runner, code: str) -> None:
+    runner, executor = fast, fast.executor
     runner.run("pass")
     before = _early_count(executor)
     got = runner.run(code)
@@ -92,10 +94,10 @@ def test_the_process_it_left_holding_stdout_is_killed_with_its_group(runner: Run
     assert got.execution_time is not None and got.execution_time < 2.5
 
 
-def test_a_process_it_left_is_killed_when_it_is_reported(runner: Runner) -> None:
+def test_a_process_it_left_is_killed_when_it_is_reported(fast: Runner) -> None:
     """A left process that holds none of its streams does not hold the report back; it is killed then, as at an
     exit."""
-    executor = _fast(runner)
+    runner, executor = fast, fast.executor
     runner.run("pass")
     before = _early_count(executor)
     got = runner.run(
