@@ -207,6 +207,9 @@ def _install_recursion_shim(offset: int) -> None:
 _PR_SET_PDEATHSIG = 1
 _PR_SET_TIMERSLACK = 29
 _PR_SET_DUMPABLE = 4
+# A lightly loaded child that waits for a deadline wakes this much before it and spins to it: it starts on a core
+# already awake, about 0.08 ms sooner at concurrency 1 (1 ms of spinning does no better).
+_SPIN = 0.0002
 _PR_SET_KEEPCAPS = 8
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
@@ -408,7 +411,9 @@ class _Job:
         self.gc_counts = (0, 0)  # gc.get_count()[1:] at the fork
         self.done: mmap.mmap | None = None  # the page shared with the zygote only (see _done_early)
         self.learn: list[tuple[int, int]] | None = None  # sampled: the regions to scan (see _learn)
-        self.prefault = False  # copy the hot pages before a wait for the start (light load only, see _prefault)
+        # Forked while the zygote was lightly loaded: before a wait for its start it copies the hot pages (see
+        # _prefault) and spins through the wait's last moment (see _SPIN).
+        self.light = False
 
 
 class _Main:
@@ -799,7 +804,7 @@ def _child(plan: _Plan, zygote_pid: int, job: _Job | None) -> _Job | None:
             # Before any wait for the start (no program sees when its generator was seeded).
             for seed, inst in _RESEED:
                 seed(inst, None)
-            if job.prefault and (hold_fd >= 0 or plan.start_at):
+            if job.light and _HOT and (hold_fd >= 0 or plan.start_at):
                 _prefault()
         if hold_fd >= 0:
             # Ready: wait for the go (EOF instead: the run was called off, or the zygote is gone).
@@ -811,7 +816,14 @@ def _child(plan: _Plan, zygote_pid: int, job: _Job | None) -> _Job | None:
             if delay > 0:
                 # Woken at the instant, not up to the default 50 us of timer slack later; the program gets the default.
                 _child_prctl(_PR_SET_TIMERSLACK, 1, 0, 0, 0)
-                time.sleep(delay)
+                spin = _SPIN if job is not None and job.light else 0.0
+                if delay > spin:
+                    time.sleep(delay - spin)
+                if spin:
+                    start_at = plan.start_at
+                    monotonic = time.monotonic
+                    while monotonic() < start_at:
+                        pass
                 _child_prctl(_PR_SET_TIMERSLACK, 0, 0, 0, 0)
         if job is None:
             _child_exec(plan.req)
@@ -1587,7 +1599,7 @@ def _handle_socket() -> _Job | None:
         for one in spawns:
             if one.main is not None and one.main.job is not None:
                 one.main.job.done = _done_page()
-                one.main.job.prefault = bool(_HOT)
+                one.main.job.light = True
     if spawns and _State.forks >= _LEARN_AT[0]:
         _sample(spawns)
     del spawns
