@@ -806,6 +806,8 @@ def _child(plan: _Plan, zygote_pid: int, job: _Job | None) -> _Job | None:
                 seed(inst, None)
             if job.light and _HOT and (hold_fd >= 0 or plan.start_at):
                 _prefault()
+            if job.learn is not None:
+                _LEARNER[0] = os.getpid()
         if hold_fd >= 0:
             # Ready: wait for the go (EOF instead: the run was called off, or the zygote is gone).
             if os.read(hold_fd, 1) != b"g":
@@ -1887,7 +1889,8 @@ def _finish(exc: BaseException | None, job: _Job) -> NoReturn:
         os.kill(os.getpid(), signal.SIGINT)
     done = job.done
     if done is not None and job.learn is not None:
-        _learn(job.learn, done)  # no early report: the exit reports this run, the zygote reads the page then
+        if os.getpid() == _LEARNER[0]:  # not a process the program forked, which ends here too
+            _learn(job.learn, done)  # no early report: the exit reports this run, the zygote reads the page then
     elif done is not None:
         # Done: tell the zygote (see _done_early), which learns of an exit only after the teardown.
         _DONE.pack_into(done, 0, _DONE_MAGIC, code & 0xFF)
@@ -1946,6 +1949,8 @@ _HOT: list[tuple[int, int]] = []
 #: [the last sample's pages (page numbers), or None]; [the fork count at which the next child is sampled].
 _LESSONS: list[Any] = [None]
 _LEARN_AT = [1]
+#: In a sampled child: its pid (the processes its program forks end through _finish too, and must not scan).
+_LEARNER = [0]
 
 
 def _writable_regions() -> list[tuple[int, int]]:
