@@ -44,6 +44,32 @@ _LOCK_DIRS = ("/run/sandbox-emulator", os.path.join(tempfile.gettempdir(), "sand
 _claimed_uid_blocks: set[int] = set()
 
 
+def _uids_in_use(uids: range) -> set[int]:
+    """The uids of ``uids`` that a process holds as its real, effective, saved or file-system uid; all of them when
+    /proc cannot be read (then each is swept before its first run)."""
+    held: set[int] = set()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return set(uids)
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status", "rb") as f:
+                status = f.read()
+        except OSError:  # gone meanwhile
+            continue
+        start = status.find(b"\nUid:")
+        if start < 0:
+            continue
+        for field in status[start + 5 : status.find(b"\n", start + 1)].split():
+            uid = int(field)
+            if uid in uids:
+                held.add(uid)
+    return held
+
+
 def _lock_uid_block(start: int) -> int | None:
     """flock the host-wide lock file of a uid block: its fd, None if another holds it.
 
@@ -134,7 +160,11 @@ class Executor:
         # Exclusive uids that may have processes left (from before us, or from a run whose
         # end the zygote never confirmed): the next run with one sweeps it first.  The
         # zygote sweeps every uid at the end of each run, so a confirmed run leaves it clean.
-        self._dirty_uids: set[int] = set(self._free_uids) if self._exclusive_uids else set()
+        # At the start, those that some process holds (one read of /proc, rather than a sweep,
+        # which walks every process of the host, in each of the first runs).
+        self._dirty_uids: set[int] = (
+            _uids_in_use(range(base or 0, (base or 0) + count)) if self._exclusive_uids else set()
+        )
         self._ready = 0  # runs waiting through a start gate, forked and set up (see _take_start_gate)
         self._uid_slots: asyncio.Semaphore | None = None
         self._workdirs: set[str] = set()

@@ -539,3 +539,43 @@ def test_runs_leave_no_reference_cycles(runner: Runner) -> None:
     finally:
         gc.enable()
     assert after == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="sandbox uids need root")
+def test_a_process_left_with_a_uid_of_ours_is_swept_before_that_uid_runs(loop: asyncio.AbstractEventLoop) -> None:
+    """A new executor reads /proc once for processes holding its uids (a previous instance's leftovers) and sweeps
+    those uids before their first run; the others, free, run without that sweep."""
+    from emulator.executor.executor import _uids_in_use
+
+    base = 231_000
+    leftover = subprocess.Popen(["sleep", "60"], user=base, start_new_session=True)
+    try:
+        assert _uids_in_use(range(base, base + 8)) == {base}
+        assert _uids_in_use(range(base + 1, base + 8)) == set()
+
+        async def one_run() -> ExecutionResult:
+            executor = Executor(ExecutorConfig(sandbox_uid=base, sandbox_uid_count=8))
+            try:
+                assert executor._dirty_uids == {base}
+                # The program watches the leftover for a second: killed before it started, it is a zombie at once.
+                watch = (
+                    "import time\n"
+                    f"path, until = '/proc/{leftover.pid}/stat', time.monotonic() + 1\n"
+                    "state = open(path).read().rsplit(')', 1)[1].split()[0]\n"
+                    "while state != 'Z' and time.monotonic() < until:\n"
+                    "    state = open(path).read().rsplit(')', 1)[1].split()[0]\n"
+                    "print(state)\n"
+                )
+                return await executor.run(
+                    ExecutionRequest(argv=[executor.config.python, "-c", watch], cwd="/", timeout=10)
+                )
+            finally:
+                await executor.aclose()
+
+        got = loop.run_until_complete(one_run())
+        assert got.stdout == "Z\n", got.stderr  # the run with uid `base` swept it first
+        assert leftover.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        if leftover.poll() is None:
+            leftover.kill()
+            leftover.wait()
