@@ -106,7 +106,9 @@ def test_no_private_temp_root_when_the_runtime_python_lives_under_it(
         try:
             result, _ = await _one_shot(
                 executor,
-                _LIST_TMP + "import sys, subprocess\nsubprocess.run([sys.executable, '-c', 'print(7)'], check=True)\n",
+                # Flushed first: a long listing of a busy temp root would otherwise leave the block buffer mid-line.
+                _LIST_TMP + "import sys, subprocess\nsys.stdout.flush()\n"
+                "subprocess.run([sys.executable, '-c', 'print(7)'], check=True)\n",
             )
             return executor.private_tmp, result
         finally:
