@@ -1,7 +1,8 @@
 """Our side of the zygote: start it, send spawn/kill requests, route its replies.
 
-Frames (see ``zygote_main.py``) travel over one AF_UNIX stream socket; writes of one event-loop
-iteration go out in one system call, and one read takes every reply that is there.
+Frames (see ``zygote_main.py``) travel over one AF_UNIX stream socket. A frame is written as soon as it is made
+(the zygote reads everything that is there when it wakes, so bursts still reach it in one read), and one read
+takes every reply that is there.
 """
 
 from __future__ import annotations
@@ -89,7 +90,6 @@ class Zygote:
         self._stderr_tail = bytearray()
         self._inbuf = bytearray()
         self._outbuf = bytearray()
-        self._flush_scheduled = False
         self._writing = False
         self._ready: asyncio.Future[dict[str, Any]] = self._loop.create_future()
         self._reaper: asyncio.Future[None] | None = None
@@ -246,10 +246,13 @@ class Zygote:
                     pending.exited.set_exception(OSError(str(msg.get("error", "spawn failed"))))
                 pending.end(True)
 
-    def _send(self, msg: dict[str, Any], blobs: Sequence[bytes] = (), *, now: bool = False) -> None:
-        """Queue one frame; everything queued in this loop iteration goes out in one write.
+    def _send(self, msg: dict[str, Any], blobs: Sequence[bytes] = ()) -> None:
+        """Write one frame now (or queue it behind a write the socket could not take yet).
 
-        ``now``: write at once (a kill must not wait for a loop iteration that may not come).
+        Written at once rather than once per loop iteration: when a burst of requests arrives, the server spends
+        about 0.2 ms on each before its spawn, and held until the iteration's end the first spawn waited for the
+        whole burst (some 20 ms at 128) while the zygote's core sat idle. Sent one by one, the zygote forks while
+        the server parses the rest; the zygote still forks whatever has queued up meanwhile in one run.
         """
         if not self.alive:
             raise ZygoteLost("zygote is not running")
@@ -261,14 +264,10 @@ class Zygote:
         out += head
         for blob in blobs:
             out += blob
-        if now and not self._writing:
+        if not self._writing:
             self._flush()
-        elif not self._flush_scheduled and not self._writing:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
-        self._flush_scheduled = False  # a scheduled call that finds nothing left is harmless
         out = self._outbuf
         while out and self.alive:
             try:
@@ -344,13 +343,13 @@ class Zygote:
         """Let a child spawned with ``hold`` start its program (no-op if gone)."""
         if self.alive:
             with contextlib.suppress(ZygoteLost):
-                self._send({"op": "go", "id": req_id}, now=True)
+                self._send({"op": "go", "id": req_id})
 
     def kill(self, req_id: int) -> None:
         """Ask the zygote to SIGKILL the process group of a request (no-op if gone)."""
         if self.alive:
             with contextlib.suppress(ZygoteLost):
-                self._send({"op": "kill", "id": req_id}, now=True)
+                self._send({"op": "kill", "id": req_id})
 
     async def aclose(self) -> None:
         """Stop the zygote: it kills every child group when its socket closes."""
