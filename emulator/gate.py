@@ -135,13 +135,20 @@ class FaultGate:
         self.journal.end(entry, status, outcome)
         return response
 
-    async def handle_ws(self, route: str, websocket: WebSocket, handler: WsHandler) -> None:
+    async def handle_ws(
+        self, route: str, websocket: WebSocket, handler: WsHandler, ready_in_latency: bool = False
+    ) -> None:
         """The gate for a WebSocket route. Faults map onto the handshake and close codes:
 
         ``hang`` accepts, waits, then closes with 4008 (timeout; 1011 with ``then: reset``); ``reset`` refuses the
         handshake; a 408 status (the daemon's own request timeout) accepts and closes with 4008; any other status (a
         gateway's 504, a 429 from a limit) is answered as an HTTP denial of the handshake with that status, headers and
         body, as a proxy in front of the daemon would answer the upgrade request.
+
+        A latency is waited out before the handshake is answered, except with ``ready_in_latency`` and no fault: then
+        the handler accepts and reads the request during the wait, and the program it runs takes the start gate (see
+        :mod:`emulator.executor.start_gate`); an answer without a program waits for the end first
+        (:func:`~emulator.executor.start_gate.wait_out`).
         """
         key = request_key(websocket.headers, websocket.url.path.encode())
         decision = self.engine.decide(route, key)
@@ -154,27 +161,20 @@ class FaultGate:
         token = _CURRENT_ENTRY.set(entry)
         status: int | None = 101
         try:
-            if decision.latency > 0:
-                await self.engine.clock.sleep(decision.latency)
-            if action is None:
+            if decision.latency > 0 and action is None and ready_in_latency:
+                wait, deadline = self._latency(decision, transport.arrived_at(websocket.scope))
+                waiting = None if deadline is not None else self.engine.clock.sleep(wait)
+                with start_gate.offered(waiting, deadline) as latency:
+                    outcome = await handler()
+                    await latency.finish()
+            elif action is None:
+                if decision.latency > 0:
+                    await self.engine.clock.sleep(decision.latency)
                 outcome = await handler()
-            elif action.kind == "hang":
-                await websocket.accept()
-                await self.engine.clock.sleep(action.hang_seconds)
-                await websocket.close(1011 if action.then_reset else WS_TIMEOUT_CLOSE)
-                outcome = "fault"
-            elif action.kind == "reset":
-                await websocket.close()
-                status, outcome = None, "reset"
-            elif action.status == 408:
-                await websocket.accept()
-                await websocket.close(WS_TIMEOUT_CLOSE, "execution timeout")
-                outcome = "fault"
             else:
-                response = _action_response(action, dict(decision.limit_headers))
-                await websocket.send_denial_response(response)
-                status = response.status_code
-                outcome = "limited" if action.kind == "limited" else "fault"
+                if decision.latency > 0:
+                    await self.engine.clock.sleep(decision.latency)
+                status, outcome = await self._ws_fault(websocket, decision, action)
         except Exception:
             self.journal.end(entry, 500, "error")
             raise
@@ -185,6 +185,24 @@ class FaultGate:
             _CURRENT_ENTRY.reset(token)
             self.engine.release(decision)
         self.journal.end(entry, status, outcome)
+
+    async def _ws_fault(self, websocket: WebSocket, decision: Decision, action: FaultAction) -> tuple[int | None, str]:
+        """A fault on a WebSocket route: (the handshake's status, None for a reset; the journal's outcome)."""
+        if action.kind == "hang":
+            await websocket.accept()
+            await self.engine.clock.sleep(action.hang_seconds)
+            await websocket.close(1011 if action.then_reset else WS_TIMEOUT_CLOSE)
+            return 101, "fault"
+        if action.kind == "reset":
+            await websocket.close()
+            return None, "reset"
+        if action.status == 408:
+            await websocket.accept()
+            await websocket.close(WS_TIMEOUT_CLOSE, "execution timeout")
+            return 101, "fault"
+        response = _action_response(action, dict(decision.limit_headers))
+        await websocket.send_denial_response(response)
+        return response.status_code, "limited" if action.kind == "limited" else "fault"
 
     def _latency(self, decision: Decision, arrived: float | None) -> tuple[float, float | None]:
         """What is left of the decision's latency to wait, and (real clock only) the instant it ends."""

@@ -17,7 +17,8 @@ import contextlib
 import socket
 import struct
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -25,6 +26,10 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 TRANSPORT_KEY = "emulator.transport"
 #: When the request began to arrive (``time.monotonic()``): an injected latency runs from then.
 ARRIVED_KEY = "emulator.arrived"
+#: When a WebSocket's upgrade request began to arrive. uvicorn's WebSocket protocols make their own scopes (without
+#: our extensions), but they start the application's task while our protocol hands the connection over, so the task
+#: inherits this from the hand-over's context.
+_UPGRADE_ARRIVED: ContextVar[float | None] = ContextVar("emulator_upgrade_arrived", default=None)
 
 try:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -93,6 +98,16 @@ def _expose(scope: dict[str, Any], transport: asyncio.BaseTransport) -> None:
     extensions[ARRIVED_KEY] = time.monotonic()
 
 
+def _hand_over(scope: Mapping[str, Any] | None, upgrade: Callable[[], None]) -> None:
+    """Run an upgrade with its request's arrival in the context that the WebSocket's application task copies."""
+    arrived = arrived_at(scope) if scope is not None else None
+    token = _UPGRADE_ARRIVED.set(arrived if arrived is not None else time.monotonic())
+    try:
+        upgrade()
+    finally:
+        _UPGRADE_ARRIVED.reset(token)
+
+
 class ExposingH11Protocol(H11Protocol):
     """h11 protocol whose scopes carry the transport, and whose responses leave whole."""
 
@@ -107,6 +122,10 @@ class ExposingH11Protocol(H11Protocol):
         super().handle_events()
         if getattr(self, "scope", None) is not None:
             _expose(self.scope, self.transport)  # type: ignore[arg-type]
+
+    def handle_websocket_upgrade(self, event: Any) -> None:
+        # h11 makes the scope as it upgrades (it is exposed after): the arrival is then the hand-over's time.
+        _hand_over(None, lambda: super(ExposingH11Protocol, self).handle_websocket_upgrade(event))
 
 
 if HttpToolsProtocol is not None:
@@ -125,14 +144,20 @@ if HttpToolsProtocol is not None:
             super().on_message_begin()
             _expose(self.scope, self.transport)  # type: ignore[arg-type]
 
+        def handle_websocket_upgrade(self) -> None:
+            _hand_over(self.scope, super().handle_websocket_upgrade)
+
     DEFAULT_PROTOCOL: type[Any] = ExposingHttpToolsProtocol
 else:  # pragma: no cover - depends on the install
     DEFAULT_PROTOCOL = ExposingH11Protocol
 
 
 def arrived_at(scope: Mapping[str, Any]) -> float | None:
-    """When the request began to arrive (``time.monotonic()``), None under an ASGI transport with no socket."""
+    """When the request (a WebSocket's: its upgrade request) began to arrive (``time.monotonic()``); None under an
+    ASGI transport with no socket."""
     arrived = scope.get("extensions", {}).get(ARRIVED_KEY)
+    if arrived is None and scope.get("type") == "websocket":
+        arrived = _UPGRADE_ARRIVED.get()
     return arrived if isinstance(arrived, float) else None
 
 

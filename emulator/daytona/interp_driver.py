@@ -2,19 +2,24 @@
 
 argv: ``<limits JSON> <uid> <gid>`` (uid ``-`` = no change). Started as the emulator's user,
 it lowers its rlimits and drops to the sandbox uid (no supplementary groups) before reading any code.
-Each command is a JSON line ``{"code", "envs", "nonce"}``; the code runs
-in the context's namespace with stdout/stderr going to the real fds 1/2 (so subprocesses' output is captured too),
-then the nonce sentinel is written to both, and after the one on stdout the reply line
-``{"error": null | {name, value, traceback}}``. Commands come on the original stdin, which the code never sees (its
-fd 0 is /dev/null).
+Each command is a JSON line ``{"code", "envs", "nonce"}`` (and ``"start_at"``: a ``time.monotonic()`` before which
+the code must not start); the code runs in the context's namespace with stdout/stderr going to the real fds 1/2 (so
+subprocesses' output is captured too), then the nonce sentinel is written to both, and after the one on stdout the
+reply line ``{"error": null | {name, value, traceback}}`` (plus ``"cancelled": true`` when a ``{"cancel": nonce}``
+line came during the wait for ``start_at``: the code did not run). Commands come on the original stdin, which the
+code never sees (its fd 0 is /dev/null).
 Stdlib only: this file runs under the sandbox's runtime interpreter, as the sandbox uid.
 """
+
+from __future__ import annotations
 
 import contextlib
 import json
 import os
 import resource
+import select
 import sys
+import time
 import traceback
 
 SENTINEL = "\x00\x1edaytona-emulator-end:{}\x1e\x00"
@@ -41,19 +46,68 @@ def _error_of(exc: BaseException) -> dict[str, str]:
     return {"name": type(exc).__name__, "value": str(exc), "traceback": "".join(tb)}
 
 
+class _Commands:
+    """Command lines, read from the pipe by hand so that a wait can watch it for a cancel."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buf = b""
+        self.closed = False
+
+    def _fill(self) -> None:
+        data = os.read(self.fd, 1 << 16)
+        if data:
+            self.buf += data
+        else:
+            self.closed = True
+
+    def next(self) -> bytes | None:
+        """The next line (None at the end of the pipe); cancels that came too late are dropped."""
+        while True:
+            while b"\n" not in self.buf:
+                if self.closed:
+                    return None
+                self._fill()
+            line, self.buf = self.buf.split(b"\n", 1)
+            if b'"cancel"' not in line[:12]:
+                return line
+
+    def cancelled_before(self, start_at: float) -> bool:
+        """Wait until ``start_at``; True if a cancel came first (or the pipe ended: nobody wants the result)."""
+        while b"\n" not in self.buf and not self.closed:
+            left = start_at - time.monotonic()
+            if left <= 0:
+                return False
+            if select.select([self.fd], [], [], left)[0]:
+                self._fill()
+        if self.closed and b"\n" not in self.buf:
+            return True
+        self.buf = self.buf.split(b"\n", 1)[1]  # only a cancel comes before our reply
+        return True
+
+
 def main() -> None:
     _apply_limits(json.loads(sys.argv[1]))
     if sys.argv[2] != "-":
         os.setgroups([])
         os.setgid(int(sys.argv[3]))
         os.setuid(int(sys.argv[2]))
-    commands = os.fdopen(os.dup(0), "r", encoding="utf-8")
+    commands = _Commands(os.dup(0))
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
     namespace: dict[str, object] = {"__name__": "__main__", "__builtins__": __builtins__}
-    for line in commands:
+    while (line := commands.next()) is not None:
         request = json.loads(line)
+        start_at = request.get("start_at")
+        if start_at is not None and commands.cancelled_before(start_at):
+            marker = SENTINEL.format(request["nonce"]).encode()
+            with contextlib.suppress(OSError):
+                os.write(2, marker)
+            reply = marker + json.dumps({"error": None, "cancelled": True}).encode() + b"\n"
+            while reply:
+                reply = reply[os.write(1, reply) :]
+            continue
         saved = dict(os.environ)
         os.environ.update(request.get("envs") or {})
         error: dict[str, str] | None = None

@@ -18,9 +18,11 @@ import json
 import os
 import signal
 import tempfile
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import now_iso
 
@@ -52,6 +54,8 @@ class ExecutionOutcome:
     error: dict[str, str] | None
     stdout: str = ""
     stderr: str = ""
+    #: The code never ran: its client left before its start (see ``Interpreters.run``'s ``abandoned``).
+    cancelled: bool = False
 
 
 @dataclass
@@ -265,9 +269,22 @@ class Interpreters:
             raise RuntimeError("context deleted")
 
     async def run(
-        self, context: Context, code: str, envs: dict[str, str], timeout: float, on_frame: OnFrame
+        self,
+        context: Context,
+        code: str,
+        envs: dict[str, str],
+        timeout: float,
+        on_frame: OnFrame,
+        start_at: float | None = None,
+        abandoned: Callable[[], Awaitable[bool]] | None = None,
     ) -> ExecutionOutcome:
-        """Run ``code`` in ``context``; frames stream to ``on_frame``; raises :class:`InterpreterTimeout`."""
+        """Run ``code`` in ``context``; frames stream to ``on_frame``; raises :class:`InterpreterTimeout`.
+
+        ``start_at``: the ``time.monotonic()`` before which the code must not start (an injected latency's end). The
+        interpreter gets the code at once and waits by itself, so the code starts on time, with no message of ours
+        in between; ``timeout`` counts from then. ``abandoned``: awaited once the code is sent, True if the client
+        leaves before ``start_at``; the interpreter is then told to skip the code (``cancelled`` in the outcome).
+        """
         async with context.lock:
             if context.closed:
                 raise RuntimeError("context deleted")
@@ -281,7 +298,11 @@ class Interpreters:
             assert process.stdout is not None and process.stderr is not None
             stdout, stderr = process.stdout, process.stderr
             nonce = uuid.uuid4().hex
-            line = json.dumps({"code": code, "envs": envs, "nonce": nonce}) + "\n"
+            command: dict[str, Any] = {"code": code, "envs": envs, "nonce": nonce}
+            if start_at is not None:
+                command["start_at"] = start_at
+                timeout = timeout + max(start_at - time.monotonic(), 0.0) if timeout > 0 else timeout
+            line = json.dumps(command) + "\n"
             outcome = ExecutionOutcome(error=None)
             marker = _SENTINEL.format(nonce).encode()
 
@@ -316,9 +337,17 @@ class Interpreters:
                     if text:
                         await emit(kind, text)
 
+            def cancel_if_left(watch: asyncio.Future[bool]) -> None:
+                if not watch.cancelled() and watch.exception() is None and watch.result():
+                    with contextlib.suppress(ConnectionError, RuntimeError):
+                        process.stdin.write(json.dumps({"cancel": nonce}).encode() + b"\n")  # type: ignore[union-attr]
+
             async def finish() -> None:
                 process.stdin.write(line.encode())  # type: ignore[union-attr]
                 await process.stdin.drain()  # type: ignore[union-attr]
+                if abandoned is not None:
+                    watches.append(asyncio.ensure_future(abandoned()))
+                    watches[0].add_done_callback(cancel_if_left)
                 rest, _ = await asyncio.gather(pump(stdout, "stdout"), pump(stderr, "stderr"))
                 if rest is not None and not rest.endswith(b"\n"):
                     rest += await stdout.readline()
@@ -330,8 +359,11 @@ class Interpreters:
                     }
                     self._stop(context)
                     return
-                outcome.error = json.loads(rest).get("error")
+                reply = json.loads(rest)
+                outcome.error = reply.get("error")
+                outcome.cancelled = bool(reply.get("cancelled"))
 
+            watches: list[asyncio.Future[bool]] = []
             try:
                 if timeout > 0:
                     await asyncio.wait_for(finish(), timeout)
@@ -346,6 +378,9 @@ class Interpreters:
             except BaseException:
                 self._stop(context)
                 raise
+            finally:
+                for watch in watches:
+                    watch.cancel()
             return outcome
 
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from emulator.executor import Executor
+from emulator.executor import Executor, start_gate
 from emulator.gate import WS_TIMEOUT_CLOSE, FaultGate, current_entry
 from emulator.journal import retry_after_detail
 
@@ -494,11 +495,13 @@ class DaytonaService:
             self._loop = asyncio.get_running_loop()
             path = websocket.url.path
             if not self._authorized(websocket.headers):
+                await start_gate.wait_out()
                 await websocket.send_denial_response(api_error(401, "Unauthorized", path))
                 return "invalid"
             sandbox = self.store.find(websocket.path_params["sid"])
             if sandbox is None or sandbox.state != "started":
                 message = "Sandbox not found" if sandbox is None else "Sandbox is not started"
+                await start_gate.wait_out()
                 await websocket.send_denial_response(
                     daemon_error(404 if sandbox is None else 400, message, path, "GET")
                 )
@@ -512,15 +515,19 @@ class DaytonaService:
             except WebSocketDisconnect:
                 return "cancelled"
             except json.JSONDecodeError:
+                await start_gate.wait_out()
                 await websocket.close(1003, "invalid request")
                 return "invalid"
             return await self._interpret(websocket, sandbox, request if isinstance(request, dict) else {})
 
-        await self.gate.handle_ws(ROUTE_INTERPRETER, websocket, serve)
+        # An injected latency: the handshake is answered and the request read during the wait; the code starts at
+        # its end (see _interpret).
+        await self.gate.handle_ws(ROUTE_INTERPRETER, websocket, serve, ready_in_latency=True)
 
     async def _interpret(self, websocket: WebSocket, sandbox: Sandbox, request: dict[str, Any]) -> str:
         code = request.get("code")
         if not isinstance(code, str):
+            await start_gate.wait_out()
             await websocket.close(1003, "code is required")
             return "invalid"
         entry = current_entry()
@@ -531,6 +538,7 @@ class DaytonaService:
         if isinstance(context_id, str) and context_id and context_id != "default":
             context = self.interpreters.get(sandbox.id, context_id)
             if context is None:
+                await start_gate.wait_out()
                 await websocket.send_text(
                     json.dumps(
                         {
@@ -557,15 +565,27 @@ class DaytonaService:
         async def send(frame: dict[str, str]) -> None:
             await websocket.send_text(json.dumps(frame))
 
+        start_at: float | None = None
+        abandoned: Callable[[], Awaitable[bool]] | None = None
+        gate = start_gate.take()
+        if gate is not None and not gate.over():
+            if gate.deadline is None:  # a virtual clock's wait: out first
+                await gate.until_over()
+            else:  # the interpreter waits until the deadline itself, and skips the code if the client leaves first
+                start_at = gate.deadline
+                deadline = start_at
+                abandoned = lambda: _leaves_before(websocket, deadline)  # noqa: E731
         try:
             outcome = await self.interpreters.run(
-                context, code, {str(k): str(v) for k, v in envs.items()}, timeout, send
+                context, code, {str(k): str(v) for k, v in envs.items()}, timeout, send, start_at, abandoned
             )
         except InterpreterTimeout:
             with contextlib.suppress(Exception):
                 await websocket.close(WS_TIMEOUT_CLOSE, "execution timeout")
             return "timeout"
         except (WebSocketDisconnect, RuntimeError):
+            return "cancelled"
+        if outcome.cancelled:
             return "cancelled"
         try:
             if outcome.error is not None:
@@ -575,6 +595,17 @@ class DaytonaService:
         except (WebSocketDisconnect, RuntimeError):  # the client left before the end: nobody to tell
             return "cancelled"
         return "ok"
+
+
+async def _leaves_before(websocket: WebSocket, deadline: float) -> bool:
+    """Whether the client disconnects before ``deadline`` (``time.monotonic()``); what it sends meanwhile is dropped."""
+    try:
+        async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):
+            while (await websocket.receive())["type"] != "websocket.disconnect":
+                pass
+    except TimeoutError:
+        return False
+    return True
 
 
 def _adopt_home(sandbox: Sandbox, executor: Executor) -> None:

@@ -92,3 +92,11 @@ def take() -> StartGate | None:
     """The calling context's start gate, if one is offered and not yet taken."""
     gate = _CURRENT.get()
     return None if gate is None else gate.take()
+
+
+async def wait_out() -> None:
+    """Wait for the end of the calling context's start gate, if one is offered and not yet taken: a handler that
+    answers without running anything (an error) must not answer before the latency ends."""
+    gate = take()
+    if gate is not None:
+        await gate.finish()

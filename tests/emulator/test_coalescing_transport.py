@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
+import uvicorn
 from uvicorn.server import ServerState
 
 from emulator.app import Emulator
 from emulator.server import uvicorn_config
-from emulator.transport import DEFAULT_PROTOCOL, CoalescingTransport, ExposingH11Protocol
+from emulator.transport import DEFAULT_PROTOCOL, CoalescingTransport, ExposingH11Protocol, arrived_at
 
 
 class _Recorder:
@@ -37,7 +39,10 @@ class _Recorder:
         return 0
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"peername": ("127.0.0.1", 1)}.get(name, default)
+        return {"peername": ("127.0.0.1", 1), "sockname": ("127.0.0.1", 2)}.get(name, default)
+
+    def set_protocol(self, protocol: Any) -> None:
+        self.protocol = protocol
 
 
 def _turns(loop: asyncio.AbstractEventLoop, n: int = 2) -> None:
@@ -101,3 +106,37 @@ def test_our_server_protocols_write_through_it(protocol_class: type[Any]) -> Non
         protocol.connection_lost(None)
     finally:
         loop.close()
+
+
+UPGRADE = (
+    b"GET /ws HTTP/1.1\r\nHost: test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+)
+
+
+@pytest.mark.parametrize("protocol_class", [ExposingH11Protocol, DEFAULT_PROTOCOL])
+def test_a_websocket_scope_knows_when_its_upgrade_request_arrived(protocol_class: type[Any]) -> None:
+    """uvicorn's WebSocket protocols make their own scopes: the arrival comes through the hand-over's context."""
+    seen: list[tuple[float | None, float]] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket":
+            seen.append((arrived_at(scope), time.monotonic()))
+            await send({"type": "websocket.close"})
+
+    async def upgrade() -> float:
+        config = uvicorn.Config(app, lifespan="off")
+        config.load()
+        protocol = protocol_class(config=config, server_state=ServerState(), app_state={})
+        protocol.connection_made(_Recorder())
+        before = time.monotonic()
+        protocol.data_received(UPGRADE)
+        for _ in range(50):  # the handshake and the application's task take a few turns of the loop
+            if seen:
+                break
+            await asyncio.sleep(0)
+        return before
+
+    before = asyncio.run(upgrade())
+    [(arrived, handled)] = seen
+    assert arrived is not None and before <= arrived <= handled

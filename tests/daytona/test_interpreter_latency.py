@@ -1,0 +1,135 @@
+"""An injected latency on the interpreter WebSocket: the sandbox gets the code during the wait, runs it at the end.
+
+The handshake is answered and the request read while the latency runs (from the upgrade request's arrival); the
+code starts when it ends, so what a client sees above the latency is the run and the answer. An answer without a
+run (an unknown context, a bad key) still comes only after the latency, and a client that leaves during the wait
+never has its code run (its context lives on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import aiohttp
+import pytest
+from daytona import AsyncDaytona, DaytonaConfig
+
+from emulator.server import EmulatorServer
+
+LATENCY = 1.0
+
+
+def _plan(latency: float = LATENCY) -> dict[str, Any]:
+    return {"rules": [{"route": "daytona.interpreter.execute", "latency": {"fixed": latency}}]}
+
+
+def _ws_url(server: EmulatorServer, sandbox_id: str) -> str:
+    return server.url.replace("http", "ws", 1) + f"/toolbox/{sandbox_id}/process/interpreter/execute"
+
+
+async def _frames(ws: aiohttp.ClientWebSocketResponse) -> list[dict[str, Any]]:
+    frames = []
+    async for message in ws:
+        if message.type == aiohttp.WSMsgType.TEXT:
+            frames.append(json.loads(message.data))
+    return frames
+
+
+def test_the_handshake_is_answered_during_the_wait_and_the_code_starts_at_its_end(
+    server: EmulatorServer, api_url: str, api_key: str
+) -> None:
+    server.emulator.set_faults(_plan())
+
+    async def scenario() -> tuple[float, float, float, list[dict[str, Any]]]:
+        async with AsyncDaytona(DaytonaConfig(api_url=api_url, api_key=api_key)) as daytona:
+            sandbox = await daytona.create()
+            async with aiohttp.ClientSession() as session:
+                asked = time.monotonic()
+                headers = {"Authorization": f"Bearer {api_key}"}
+                async with session.ws_connect(_ws_url(server, sandbox.id), headers=headers) as ws:
+                    opened = time.monotonic()
+                    await ws.send_str(json.dumps({"code": "import time\nprint(time.monotonic())"}))
+                    frames = await _frames(ws)
+                    answered = time.monotonic()
+            await sandbox.delete()
+        return asked, opened, answered, frames
+
+    asked, opened, answered, frames = asyncio.run(scenario())
+    assert opened - asked < LATENCY / 2  # not held for the latency
+    stdout = "".join(f["text"] for f in frames if f["type"] == "stdout")
+    started = float(stdout)
+    assert started >= asked + LATENCY  # the code waited for the whole latency, counted from no earlier than the ask
+    assert answered >= started
+    assert frames[-1] == {"type": "control", "text": "completed"}
+    [entry] = server.emulator.journal.entries("daytona.interpreter.execute")
+    assert entry.outcome == "ok" and entry.injected_latency == LATENCY
+
+
+def test_answers_without_a_run_still_come_after_the_latency(server: EmulatorServer, api_url: str, api_key: str) -> None:
+    server.emulator.set_faults(_plan())
+
+    async def scenario() -> tuple[float, list[dict[str, Any]], float, int]:
+        async with AsyncDaytona(DaytonaConfig(api_url=api_url, api_key=api_key)) as daytona:
+            sandbox = await daytona.create()
+            url = _ws_url(server, sandbox.id)
+            async with aiohttp.ClientSession() as session:
+                asked = time.monotonic()
+                headers = {"Authorization": f"Bearer {api_key}"}
+                async with session.ws_connect(url, headers=headers) as ws:
+                    await ws.send_str(json.dumps({"code": "print(1)", "contextId": "no-such-context"}))
+                    frames = await _frames(ws)
+                unknown_context = time.monotonic() - asked
+                asked = time.monotonic()
+                with pytest.raises(aiohttp.WSServerHandshakeError) as denied:
+                    await session.ws_connect(url, headers={"Authorization": "Bearer wrong"})
+                bad_key = time.monotonic() - asked
+            await sandbox.delete()
+        return unknown_context, frames, bad_key, denied.value.status
+
+    unknown_context, frames, bad_key, status = asyncio.run(scenario())
+    assert frames[0]["name"] == "ContextNotFound"
+    assert unknown_context >= LATENCY
+    assert status == 401 and bad_key >= LATENCY
+
+
+def test_code_whose_client_leaves_during_the_wait_never_runs_and_its_context_lives_on(
+    server: EmulatorServer, api_url: str, api_key: str
+) -> None:
+    server.emulator.set_faults(_plan(0.5))
+
+    async def scenario() -> str:
+        async with AsyncDaytona(DaytonaConfig(api_url=api_url, api_key=api_key)) as daytona:
+            sandbox = await daytona.create()
+            await sandbox.code_interpreter.run_code("x = 41")
+            async with aiohttp.ClientSession() as session:
+                headers = {"Authorization": f"Bearer {api_key}"}
+                async with session.ws_connect(_ws_url(server, sandbox.id), headers=headers) as ws:
+                    await ws.send_str(json.dumps({"code": "ran = True\nx += 1"}))
+                    await ws.close()  # gone long before the latency's end
+            # In the same context, after the abandoned code's start time (this call has its own latency).
+            result = await sandbox.code_interpreter.run_code("print(x, globals().get('ran'))")
+            await sandbox.delete()
+        return result.stdout
+
+    assert asyncio.run(scenario()) == "41 None\n"
+    outcomes = [e.outcome for e in server.emulator.journal.entries("daytona.interpreter.execute")]
+    assert outcomes == ["ok", "cancelled", "ok"]
+
+
+def test_the_run_timeout_counts_from_the_code_start_not_from_the_request(
+    server: EmulatorServer, api_url: str, api_key: str
+) -> None:
+    server.emulator.set_faults(_plan())
+
+    async def scenario() -> str:
+        async with AsyncDaytona(DaytonaConfig(api_url=api_url, api_key=api_key)) as daytona:
+            sandbox = await daytona.create()
+            # The latency alone is as long as the timeout: counted from the request, this run would time out.
+            result = await sandbox.code_interpreter.run_code("import time\ntime.sleep(0.3)\nprint('done')", timeout=1)
+            await sandbox.delete()
+        return result.stdout
+
+    assert asyncio.run(scenario()) == "done\n"
