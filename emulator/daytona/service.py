@@ -588,6 +588,8 @@ class DaytonaService:
         if outcome.cancelled:
             return "cancelled"
         try:
+            for frame in outcome.unsent:  # the last output, with the end: one write
+                await send(frame)
             if outcome.error is not None:
                 await send({"type": "error", **outcome.error})
             await send({"type": "control", "text": "completed"})
