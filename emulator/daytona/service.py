@@ -601,11 +601,14 @@ class DaytonaService:
 
 async def _leaves_before(websocket: WebSocket, deadline: float) -> bool:
     """Whether the client disconnects before ``deadline`` (``time.monotonic()``); what it sends meanwhile is dropped."""
+
+    async def disconnect() -> None:
+        while (await websocket.receive())["type"] != "websocket.disconnect":
+            pass
+
     try:
-        async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):
-            while (await websocket.receive())["type"] != "websocket.disconnect":
-                pass
-    except TimeoutError:
+        await asyncio.wait_for(disconnect(), max(deadline - time.monotonic(), 0.0))
+    except asyncio.TimeoutError:
         return False
     return True
 
