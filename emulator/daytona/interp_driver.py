@@ -99,6 +99,12 @@ def main() -> None:
     namespace: dict[str, object] = {"__name__": "__main__", "__builtins__": __builtins__}
     while (line := commands.next()) is not None:
         request = json.loads(line)
+        error: dict[str, str] | None = None
+        code = None
+        try:  # compiled before a wait for the start (its error is reported after it, as the run's would be)
+            code = compile(request["code"], "<string>", "exec")
+        except BaseException as exc:
+            error = _error_of(exc)
         start_at = request.get("start_at")
         if start_at is not None and commands.cancelled_before(start_at):
             marker = SENTINEL.format(request["nonce"]).encode()
@@ -108,17 +114,16 @@ def main() -> None:
             while reply:
                 reply = reply[os.write(1, reply) :]
             continue
-        saved = dict(os.environ)
-        os.environ.update(request.get("envs") or {})
-        error: dict[str, str] | None = None
-        try:
-            code = compile(request["code"], "<string>", "exec")
-            exec(code, namespace)
-        except BaseException as exc:  # SystemExit and KeyboardInterrupt are reported too
-            error = _error_of(exc)
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+        if code is not None:
+            saved = dict(os.environ)
+            os.environ.update(request.get("envs") or {})
+            try:
+                exec(code, namespace)
+            except BaseException as exc:  # SystemExit and KeyboardInterrupt are reported too
+                error = _error_of(exc)
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()

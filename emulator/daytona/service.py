@@ -572,9 +572,12 @@ class DaytonaService:
             if gate.deadline is None:  # a virtual clock's wait: out first
                 await gate.until_over()
             else:  # the interpreter waits until the deadline itself, and skips the code if the client leaves first
-                start_at = gate.deadline
-                deadline = start_at
-                abandoned = lambda: _leaves_before(websocket, deadline)  # noqa: E731
+                start_at = deadline = gate.deadline
+
+                async def abandoned_before_start() -> bool:
+                    return await _leaves_before(websocket, deadline)
+
+                abandoned = abandoned_before_start
         try:
             outcome = await self.interpreters.run(
                 context, code, {str(k): str(v) for k, v in envs.items()}, timeout, send, start_at, abandoned
