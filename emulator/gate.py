@@ -166,7 +166,8 @@ class FaultGate:
                 waiting = None if deadline is not None else self.engine.clock.sleep(wait)
                 with start_gate.offered(waiting, deadline) as latency:
                     outcome = await handler()
-                    await latency.finish()
+                    if outcome != "cancelled":  # a client that left is sent nothing, so nothing waits for it
+                        await latency.finish()
             elif action is None:
                 if decision.latency > 0:
                     await self.engine.clock.sleep(decision.latency)

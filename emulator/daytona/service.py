@@ -569,8 +569,9 @@ class DaytonaService:
         abandoned: Callable[[], Awaitable[bool]] | None = None
         gate = start_gate.take()
         if gate is not None and not gate.over():
-            if gate.deadline is None:  # a virtual clock's wait: out first
-                await gate.until_over()
+            if gate.deadline is None:  # a virtual clock's wait: out first, unless the client leaves during it
+                if await _leaves_during(websocket, gate.until_over()):
+                    return "cancelled"
             else:  # the interpreter waits until the deadline itself, and skips the code if the client leaves first
                 start_at = deadline = gate.deadline
 
@@ -602,18 +603,29 @@ class DaytonaService:
         return "ok"
 
 
-async def _leaves_before(websocket: WebSocket, deadline: float) -> bool:
-    """Whether the client disconnects before ``deadline`` (``time.monotonic()``); what it sends meanwhile is dropped."""
+async def _leaves_during(websocket: WebSocket, wait: Awaitable[None]) -> bool:
+    """Whether the client disconnects before ``wait`` is over; what it sends meanwhile is dropped."""
 
-    async def disconnect() -> None:
+    async def disconnected() -> None:
         while (await websocket.receive())["type"] != "websocket.disconnect":
             pass
 
+    leaving = asyncio.ensure_future(disconnected())
+    waiting = asyncio.ensure_future(wait)
     try:
-        await asyncio.wait_for(disconnect(), max(deadline - time.monotonic(), 0.0))
-    except asyncio.TimeoutError:
-        return False
-    return True
+        await asyncio.wait({leaving, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        leaving.cancel()
+        waiting.cancel()
+    if leaving.done() and not leaving.cancelled():
+        leaving.exception()  # a receive that failed: the connection is gone too
+        return True
+    return False
+
+
+async def _leaves_before(websocket: WebSocket, deadline: float) -> bool:
+    """Whether the client disconnects before ``deadline`` (``time.monotonic()``)."""
+    return await _leaves_during(websocket, asyncio.sleep(max(deadline - time.monotonic(), 0.0)))
 
 
 def _adopt_home(sandbox: Sandbox, executor: Executor) -> None:

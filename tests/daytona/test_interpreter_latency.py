@@ -17,6 +17,8 @@ import aiohttp
 import pytest
 from daytona import AsyncDaytona, DaytonaConfig
 
+from emulator.app import Emulator
+from emulator.faults import ManualClock
 from emulator.server import EmulatorServer
 
 LATENCY = 1.0
@@ -133,3 +135,34 @@ def test_the_run_timeout_counts_from_the_code_start_not_from_the_request(
         return result.stdout
 
     assert asyncio.run(scenario()) == "done\n"
+
+
+def test_on_a_virtual_clock_code_whose_client_leaves_during_the_wait_never_runs(api_key: str) -> None:
+    clock = ManualClock()
+    with EmulatorServer(Emulator(clock=clock)) as server:
+
+        async def scenario() -> str:
+            config = DaytonaConfig(api_url=server.url + "/api", api_key=api_key)
+            async with AsyncDaytona(config) as daytona:
+                sandbox = await daytona.create()
+                await sandbox.code_interpreter.run_code("x = 41")
+                server.emulator.set_faults(_plan(5.0))  # virtual seconds: nothing moves them but the test
+                async with aiohttp.ClientSession() as session:
+                    headers = {"Authorization": f"Bearer {api_key}"}
+                    async with session.ws_connect(_ws_url(server, sandbox.id), headers=headers) as ws:
+                        await ws.send_str(json.dumps({"code": "ran = True"}))
+                        await ws.close()
+                journal = server.emulator.journal
+                left = await asyncio.to_thread(
+                    journal.wait_for,
+                    lambda j: j.counts("outcome", "daytona.interpreter.execute") == {"ok": 1, "cancelled": 1},
+                    10.0,
+                )
+                assert left, journal.counts("outcome", "daytona.interpreter.execute")
+                server.emulator.set_faults(None)
+                clock.advance(10.0)  # past the wait: code that was still waiting would run now
+                result = await sandbox.code_interpreter.run_code("print(x, globals().get('ran'))")
+                await sandbox.delete()
+            return result.stdout
+
+        assert asyncio.run(scenario()) == "41 None\n"
