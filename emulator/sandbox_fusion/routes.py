@@ -48,7 +48,7 @@ class SandboxFusionService:
             request = parse_body(RunCodeRequest, body, content_type)
         except RequestInvalid as exc:
             return invalid_response(exc), {}
-        payload = (await self.code_runner.run(request)).model_dump(mode="json")
+        payload = await self.code_runner.run_payload(request)
         return json_response(payload), payload
 
     async def run_jupyter(self, body: bytes, content_type: str | None) -> tuple[Response, dict[str, Any]]:

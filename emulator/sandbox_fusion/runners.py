@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from emulator.executor import DeferredWorkdir, ExecutionRequest, ExecutionResult, Executor, Workdir
 from emulator.sandbox_fusion.models import (
@@ -20,6 +22,9 @@ from emulator.sandbox_fusion.models import (
     RunCodeResponse,
     RunStatus,
 )
+
+#: A RunCodeResponse or CommandRunResult as it goes on the wire: ``model_dump(mode="json")``'s keys and values.
+Payload = dict[str, Any]
 
 BASH = "/bin/bash"
 
@@ -87,31 +92,41 @@ def tool_path(python: str) -> str:
 
 
 def parse_run_status(
-    compile_result: CommandRunResult | None, run_result: CommandRunResult | None
+    compile_result: Mapping[str, Any] | None, run_result: Mapping[str, Any] | None
 ) -> tuple[RunStatus, str]:
-    """The real server's rule: any Error -> SandboxError(stderr); any TLE -> Failed; any rc != 0 -> Failed."""
+    """The real server's rule: any Error -> SandboxError(stderr); any TLE -> Failed; any rc != 0 -> Failed.
+
+    Takes wire dicts (:func:`command_payload`, or a model's ``model_dump()``).
+    """
     results = [r for r in (compile_result, run_result) if r is not None]
     for result in results:
-        if result.status == CommandRunStatus.Error:
-            return RunStatus.SandboxError, result.stderr or ""
-    if any(r.status == CommandRunStatus.TimeLimitExceeded for r in results):
+        if result["status"] == "Error":
+            return RunStatus.SandboxError, result["stderr"] or ""
+    if any(r["status"] == "TimeLimitExceeded" for r in results):
         return RunStatus.Failed, ""
-    if any(r.return_code is not None and r.return_code != 0 for r in results):
+    if any(r["return_code"] is not None and r["return_code"] != 0 for r in results):
         return RunStatus.Failed, ""
     return RunStatus.Success, ""
 
 
-def to_command_result(result: ExecutionResult) -> CommandRunResult:
-    """Executor result -> wire model (Error carries no timing or return code, as on the real server)."""
+def command_payload(result: ExecutionResult) -> Payload:
+    """Executor result -> a CommandRunResult as it goes on the wire (Error carries no timing or return code, as on
+    the real server). Built by hand, key order and all: the model's construction and dump cost more than the rest of
+    the answer's path in the server, on every request."""
     if result.status == "Error":
-        return CommandRunResult(status=CommandRunStatus.Error, stderr=result.stderr)
-    return CommandRunResult(
-        status=CommandRunStatus(result.status),
-        execution_time=result.execution_time,
-        return_code=result.return_code,
-        stdout=result.stdout,
-        stderr=result.stderr,
-    )
+        return {"status": "Error", "execution_time": None, "return_code": None, "stdout": None, "stderr": result.stderr}
+    return {
+        "status": CommandRunStatus(result.status).value,
+        "execution_time": result.execution_time,
+        "return_code": result.return_code,
+        "stdout": result.stdout,
+        "stderr": result.stderr,
+    }
+
+
+def to_command_result(result: ExecutionResult) -> CommandRunResult:
+    """Executor result -> wire model (see :func:`command_payload`)."""
+    return CommandRunResult.model_validate(command_payload(result))
 
 
 def restore_files(workdir: Workdir | DeferredWorkdir, files: dict[str, str | None]) -> None:
@@ -155,26 +170,42 @@ class CodeRunner:
         return self._cpp_flags
 
     async def run(self, request: RunCodeRequest) -> RunCodeResponse:
-        response = RunCodeResponse(status=RunStatus.Success, message="", executor_pod_name=self._pod_name)
+        """The answer as a model (see :meth:`run_payload`)."""
+        return RunCodeResponse.model_validate(await self.run_payload(request))
+
+    async def run_payload(self, request: RunCodeRequest) -> Payload:
+        """The answer as it goes on the wire: what ``RunCodeResponse.model_dump(mode="json")`` would give."""
         try:
             spec = LANGUAGE_SPECS[request.language]
             compile_result, run_result, files = await self._run_spec(spec, request)
         except Exception as exc:  # the real server answers any runner exception as SandboxError, HTTP 200
             # Upstream appends traceback.print_tb(...), which returns None: the literal " None" ends the message.
-            response.status = RunStatus.SandboxError
-            response.message = f"exception on running code {request.code}: {exc} None"
-            return response
-        response.compile_result = compile_result
-        response.run_result = run_result
-        response.files = files
-        response.status, message = parse_run_status(compile_result, run_result)
-        if response.status == RunStatus.SandboxError:
-            response.message = message
-        return response
+            return self._payload(RunStatus.SandboxError, f"exception on running code {request.code}: {exc} None")
+        status, message = parse_run_status(compile_result, run_result)
+        if status != RunStatus.SandboxError:
+            message = ""
+        return self._payload(status, message, compile_result, run_result, files)
+
+    def _payload(
+        self,
+        status: RunStatus,
+        message: str,
+        compile_result: Payload | None = None,
+        run_result: Payload | None = None,
+        files: dict[str, str] | None = None,
+    ) -> Payload:
+        return {
+            "status": status.value,
+            "message": message,
+            "compile_result": compile_result,
+            "run_result": run_result,
+            "executor_pod_name": self._pod_name,
+            "files": {} if files is None else files,
+        }
 
     async def _run_spec(
         self, spec: LanguageSpec, request: RunCodeRequest
-    ) -> tuple[CommandRunResult | None, CommandRunResult | None, dict[str, str]]:
+    ) -> tuple[Payload | None, Payload | None, dict[str, str]]:
         # One program in the dir: the sandbox creates it, its files and removes it (no file-system work here).
         one_shot = spec.compile is None
         workdir: Workdir | DeferredWorkdir = self._executor.deferred_workdir() if one_shot else self._executor.workdir()
@@ -192,9 +223,9 @@ class CodeRunner:
                 "cpp_flags": self._cpp_link_flags() if "{cpp_flags}" in (spec.compile or "") else "",
             }
             env = {"PATH": self._path}
-            compile_result: CommandRunResult | None = None
+            compile_result: Payload | None = None
             if spec.compile is not None:
-                compile_result = to_command_result(
+                compile_result = command_payload(
                     await self._executor.run(
                         ExecutionRequest(
                             argv=[BASH, "-c", spec.compile.format(**fields)],
@@ -206,10 +237,11 @@ class CodeRunner:
                         )
                     )
                 )
-            run_result: CommandRunResult | None = None
-            if compile_result is None or (
-                compile_result.status == CommandRunStatus.Finished and compile_result.return_code == 0
-            ):
+            run_result: Payload | None = None
+            compiled = compile_result is None or (
+                compile_result["status"] == "Finished" and compile_result["return_code"] == 0
+            )
+            if compiled:
                 is_python = spec.run == "python {file}"
                 argv = [self._python, code_path] if is_python else [BASH, "-c", spec.run.format(**fields)]
                 setup = None
@@ -230,8 +262,17 @@ class CodeRunner:
                 )
                 if isinstance(workdir, DeferredWorkdir):
                     workdir.complete(result.files, result.workdir_removed)
-                run_result = to_command_result(result)
+                run_result = command_payload(result)
             return compile_result, run_result, collect_files(workdir, request.fetch_files)
 
 
-__all__ = ["LANGUAGE_SPECS", "CodeRunner", "LanguageSpec", "parse_run_status", "to_command_result", "tool_path"]
+__all__ = [
+    "LANGUAGE_SPECS",
+    "CodeRunner",
+    "LanguageSpec",
+    "Payload",
+    "command_payload",
+    "parse_run_status",
+    "to_command_result",
+    "tool_path",
+]

@@ -8,6 +8,7 @@ did), and malformed JSON gives ``json_invalid`` with the character position.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -31,7 +32,9 @@ class RequestInvalid(Exception):
         self.detail = detail
 
 
+@functools.lru_cache(maxsize=64)
 def _is_json_content_type(value: str | None) -> bool:
+    # Cached: clients send the same few values, and the email parser costs as much as the JSON decode of a body.
     if not value:
         return True  # FastAPI 0.103 parses a body without Content-Type as JSON
     message = Message()
