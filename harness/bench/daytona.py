@@ -66,6 +66,10 @@ async def _run(url: str, count: int, rounds: int, server_pid: int) -> dict[str, 
 
 
 def main(args: argparse.Namespace) -> int:
+    for flag, value in (("--sandboxes", args.sandboxes), ("--rounds", args.rounds)):
+        if value < 1:
+            print(f"sandbox-emulator bench-daytona: {flag} must be 1 or more, got {value}", file=sys.stderr)
+            return 2
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "harness.cli", "serve", "--port", str(port), "--daytona-api-key", KEY]

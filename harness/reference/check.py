@@ -30,6 +30,7 @@ from harness.reference.suite import (
     load_suite,
     run_suite,
     select,
+    url_problem,
 )
 
 OK, REGISTERED, FAILED, NO_ANSWER, UNRECORDED = "ok", "registered", "failed", "no-answer", "unrecorded"
@@ -209,6 +210,10 @@ def render(report: Report) -> str:
 def main(args: argparse.Namespace) -> int:
     if args.reference_url and args.service == "all":
         print("sandbox-emulator check-reference: --reference-url needs one --service", file=sys.stderr)
+        return 2
+    problem = url_problem(args.reference_url) if args.reference_url else None
+    if problem is not None:
+        print(f"sandbox-emulator check-reference: --reference-url: {problem}", file=sys.stderr)
         return 2
     service = args.service or ("sandbox-fusion" if args.reference_url else "all")
     services = list(SERVICES) if service == "all" else [service]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from harness.reference.suite import SERVICES, Target
+from harness.reference.suite import SERVICES, Target, url_problem
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -43,6 +43,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def _option(config: pytest.Config, name: str, default: Any = None) -> Any:
     """An option's value, or ``default`` when this plugin's options are not registered."""
     return config.getoption(name, default=default)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    url = _option(config, "reference_url")
+    problem = url_problem(str(url)) if url else None
+    if problem is not None:  # said once, not as a connection error in every test
+        raise pytest.UsageError(f"--reference-url: {problem}")
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from harness.reference.check import add_common_options
 from harness.reference.snapshots import Snapshot, from_answers, write_snapshot
-from harness.reference.suite import SERVICES, SuiteError, Target, load_suite, run_suite, select
+from harness.reference.suite import SERVICES, SuiteError, Target, load_suite, run_suite, select, url_problem
 
 
 def record(target: Target, out: Path, suite_path: Path | None = None, patterns: list[str] | None = None) -> Snapshot:
@@ -29,8 +29,9 @@ def record(target: Target, out: Path, suite_path: Path | None = None, patterns: 
 
 
 def main(args: argparse.Namespace) -> int:
-    if not args.target.startswith(("http://", "https://")):
-        print(f"sandbox-emulator record: --target must be an http(s) URL, got {args.target!r}", file=sys.stderr)
+    problem = url_problem(args.target)
+    if problem is not None:
+        print(f"sandbox-emulator record: --target: {problem}", file=sys.stderr)
         return 2
     target = Target(args.service, args.target.rstrip("/"), args.api_key)
     try:

@@ -154,6 +154,13 @@ def test_bad_arguments_are_a_clear_error(args: list[str], message: str, tmp_path
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("args", [["--sandboxes", "0"], ["--rounds", "-1"]])
+def test_bench_daytona_needs_one_sandbox_and_one_round(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["bench-daytona", *args]) == 2
+    err = capsys.readouterr().err
+    assert f"{args[0]} must be 1 or more, got {args[1]}" in err and "Traceback" not in err
+
+
 def test_daytona_url_needs_a_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -104,7 +104,9 @@ def test_unreachable_live_service_fails(capsys: pytest.CaptureFixture[str]) -> N
         (["check-reference", "--registry", "{tmp}/bad.yaml"], "must be a mapping with a 'divergences' list"),
         (["check-reference", "--suite", "{tmp}/none.yaml"], "cannot read the suite"),
         (["check-reference", "--reference-url", "http://x", "--service", "all"], "needs one --service"),
-        (["record", "--target", "localhost:8080", "--out", "{tmp}"], "--target must be an http(s) URL"),
+        (["check-reference", "--reference-url", "localhost:8080", "--service", "sandbox-fusion"], "not an http(s) URL"),
+        (["check-reference", "--reference-url", "https://", "--service", "daytona"], "not an http(s) URL with a host"),
+        (["record", "--target", "localhost:8080", "--out", "{tmp}"], "--target: 'localhost:8080' is not"),
         (["record", "--target", "http://x", "--cases", "nope", "--out", "{tmp}"], "no case matches"),
     ],
 )

@@ -36,6 +36,13 @@ def test_fixtures_point_at_the_live_service(pytester: pytest.Pytester) -> None:
     assert routes == ["sandbox_fusion.run_code"]
 
 
+def test_a_bad_reference_url_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_never_runs(reference_sandbox_fusion_url):\n    raise AssertionError\n")
+    result = pytester.runpytest_inprocess("-p", "harness.reference.plugin", "--reference-url", "sandbox:8080")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--reference-url: 'sandbox:8080' is not an http(s) URL with a host*"])
+
+
 def test_daytona_service_option(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
