@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -109,12 +110,18 @@ def markdown_table(rows: Sequence[ModeRow]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    rows = compare_modes(
-        trajectories=args.trajectories,
-        generation_latency=args.generation_latency,
-        seed=args.seed,
-        variant=args.variant,
-    )
+    from harness.rollout.job import RolloutError
+
+    try:
+        rows = compare_modes(
+            trajectories=args.trajectories,
+            generation_latency=args.generation_latency,
+            seed=args.seed,
+            variant=args.variant,
+        )
+    except RolloutError as exc:
+        print(f"sandbox-emulator bench-modes: {exc}", file=sys.stderr)
+        return 2
     print(markdown_table(rows))
     if args.json:
         data = [{**row.__dict__, "speedup": row.speedup} for row in rows]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import math
 import random
 import tempfile
 import time
@@ -18,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -80,6 +82,14 @@ class RolloutOptions:
             raise RolloutError(f"--trajectories must be at least 1, got {self.trajectories}")
         if self.rate_limit is not None and self.rate_limit < 1:
             raise RolloutError(f"--rate-limit must be at least 1, got {self.rate_limit}")
+        if self.step < 0:
+            raise RolloutError(f"--step must be 0 or more (the trainer's step number), got {self.step}")
+        if not (math.isfinite(self.generation_latency) and self.generation_latency >= 0):
+            raise RolloutError(f"--generation-latency must be 0 or more seconds, got {self.generation_latency}")
+        if self.llm_url:
+            parsed = urlsplit(self.llm_url)
+            if parsed.scheme not in ("http", "https") or not parsed.hostname:
+                raise RolloutError(f"--llm-url: {self.llm_url!r} is not an http(s) URL with a host")
         if self.data is not None and not Path(self.data).exists():
             raise RolloutError(f"data file not found: {self.data}")
 

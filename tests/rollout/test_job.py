@@ -114,6 +114,10 @@ def test_cli_runs_summarises_and_validates(tmp_path: Path, capsys: pytest.Captur
         (["--data", "missing.jsonl"], "not found"),
         (["--faults", "no-such-profile"], "fault plan"),
         (["--latency", "gaussian:1"], "bad latency model"),
+        (["--step", "-1"], "--step must be 0 or more"),
+        (["--generation-latency", "-0.5"], "--generation-latency must be 0 or more seconds"),
+        (["--generation-latency", "nan"], "--generation-latency must be 0 or more seconds"),
+        (["--llm-url", "localhost:8000/v1"], "is not an http(s) URL with a host"),
     ],
 )
 def test_cli_bad_input_is_a_clear_error(
@@ -141,3 +145,18 @@ def test_real_gsm8k_test_split_reaches_the_offline_ceiling(tmp_path: Path) -> No
     _check_consistent(result)
     print(f"\nGSM8K test split: mean reward {result.mean_reward:.4f} in {result.wall_s:.1f} s")
     assert result.mean_reward == pytest.approx(offline_ceiling(problems), abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--trajectories", "0"], "--trajectories must be at least 1, got 0"),
+        (["--generation-latency", "-1"], "--generation-latency must be 0 or more seconds"),
+    ],
+)
+def test_bench_modes_bad_input_is_a_clear_error(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli_main(["bench-modes", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
