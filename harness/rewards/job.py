@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any
+from urllib.parse import urlsplit
 
 from harness.rewards.grpo import GRPOOutcome, GRPOSettings, RecordingReward, train_grpo
 from harness.rewards.sandbox_reward import (
@@ -146,6 +147,9 @@ def run_grpo_job(options: GRPOJobOptions, progress: StepProgress | None = None) 
     if options.api_url is not None:
         if options.faults is not None:
             raise GRPOJobError("fault plans apply to the embedded emulator only, not to --api-url")
+        parsed = urlsplit(options.api_url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise GRPOJobError(f"--api-url: {options.api_url!r} is not an http(s) URL with a host")
         api_key = options.api_key or os.environ.get("DAYTONA_API_KEY")
         if not api_key:
             raise GRPOJobError("--api-url needs an API key: pass --api-key or set DAYTONA_API_KEY")

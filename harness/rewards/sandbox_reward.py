@@ -179,6 +179,8 @@ class DaytonaPool:
         self._daytona: Any = None
         self._free: asyncio.Queue[Any] | None = None
         self._live: dict[str, Any] = {}
+        #: Why the last sandbox creation failed, for the error when none could be created.
+        self._create_error = ""
 
     async def start(self) -> None:
         from daytona import AsyncDaytona
@@ -192,7 +194,9 @@ class DaytonaPool:
         if self.stats.create_failures:
             await self._sweep()
         if not self._live:
-            raise PoolExhaustedError(f"none of the {self.size} sandboxes could be created")
+            raise PoolExhaustedError(
+                f"none of the {self.size} sandboxes could be created (last error: {self._create_error})"
+            )
 
     async def _create(self) -> Any:
         """A new sandbox, trying ``create_attempts`` times; None when every try failed."""
@@ -203,8 +207,9 @@ class DaytonaPool:
                 box = await self._daytona.create(
                     CreateSandboxFromSnapshotParams(labels=dict(self.labels)), timeout=self.create_timeout
                 )
-            except (DaytonaError, OSError, asyncio.TimeoutError):
+            except (DaytonaError, OSError, asyncio.TimeoutError) as exc:
                 self.stats.create_failures += 1
+                self._create_error = f"{type(exc).__name__}: {exc}"[:300]
                 continue
             self._live[box.id] = box
             self.stats.created += 1

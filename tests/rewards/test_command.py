@@ -48,6 +48,7 @@ def test_grpo_command_trains_and_reports(tmp_path: Path, capsys: pytest.CaptureF
         (["--tasks", ","], "no task given"),
         (["--json", "/no/such/dir/out.json"], "no such directory"),
         (["--api-url", "http://127.0.0.1:9/api"], "needs an API key"),
+        (["--api-url", "127.0.0.1:9/api", "--api-key", "k"], "--api-url: '127.0.0.1:9/api' is not an http(s) URL"),
         (["--api-url", "http://127.0.0.1:9/api", "--api-key", "k", "--faults", "flaky"], "embedded emulator only"),
     ],
 )

@@ -129,8 +129,10 @@ def test_runs_that_keep_failing_score_minus_one(daytona_config: Any, sandbox_emu
 
 @pytest.mark.faults({"rules": [{"route": CREATE, "fault": 503}]})
 def test_a_pool_that_cannot_be_created_is_a_clear_error(daytona_config: Any, sandbox_emulator: EmulatorServer) -> None:
-    with pytest.raises(RuntimeError, match="none of the 2 sandboxes could be created"), _pool_reward(daytona_config, 2):
+    pool = _pool_reward(daytona_config, 2)
+    with pytest.raises(RuntimeError, match="none of the 2 sandboxes could be created") as raised, pool:
         pass
+    assert "(last error: Daytona" in str(raised.value)  # the SDK's error for the 503, said with it
 
 
 #: Creations 2 and 3 make their sandbox, then the answer is cut short: the SDK sees an error, the sandbox exists.
