@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from harness.bench.drivers import SCENARIOS, Backend, Scenario
 from harness.bench.stats import LevelResult, PoolTimings, write_csv, write_summary
+from harness.urls import url_problem
 
 EMULATOR_BACKENDS = ("emulator-sf-fast", "emulator-sf-faithful", "emulator-daytona-fast")
 DEFAULT_BACKENDS = (*EMULATOR_BACKENDS, "local-subprocess")
@@ -293,9 +293,9 @@ def _names(raw: str, known: Sequence[str], flag: str) -> tuple[str, ...]:
 
 
 def _url(raw: str, flag: str) -> str:
-    parsed = urlparse(raw)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc or not parsed.hostname:
-        raise BenchError(f"{flag}: {raw!r} is not an http(s) URL with a host")
+    problem = url_problem(raw)
+    if problem is not None:
+        raise BenchError(f"{flag}: {problem}")
     return raw.rstrip("/")
 
 

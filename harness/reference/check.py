@@ -30,8 +30,8 @@ from harness.reference.suite import (
     load_suite,
     run_suite,
     select,
-    url_problem,
 )
+from harness.urls import url_problem
 
 OK, REGISTERED, FAILED, NO_ANSWER, UNRECORDED = "ok", "registered", "failed", "no-answer", "unrecorded"
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from harness.reference.suite import SERVICES, Target, url_problem
+from harness.reference.suite import SERVICES, Target
+from harness.urls import url_problem
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

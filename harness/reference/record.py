@@ -13,7 +13,8 @@ from pathlib import Path
 
 from harness.reference.check import add_common_options
 from harness.reference.snapshots import Snapshot, from_answers, write_snapshot
-from harness.reference.suite import SERVICES, SuiteError, Target, load_suite, run_suite, select, url_problem
+from harness.reference.suite import SERVICES, SuiteError, Target, load_suite, run_suite, select
+from harness.urls import url_problem
 
 
 def record(target: Target, out: Path, suite_path: Path | None = None, patterns: list[str] | None = None) -> Snapshot:

@@ -11,7 +11,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import yaml
@@ -66,14 +65,6 @@ class Answer:
         if self.error is not None:
             out["error"] = self.error
         return out
-
-
-def url_problem(raw: str) -> str | None:
-    """Why ``raw`` cannot name a live service (it must be an http(s) URL with a host), or None if it can."""
-    parsed = urlsplit(raw)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        return f"{raw!r} is not an http(s) URL with a host"
-    return None
 
 
 @dataclass(frozen=True)

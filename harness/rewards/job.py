@@ -10,7 +10,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any
-from urllib.parse import urlsplit
 
 from harness.rewards.grpo import GRPOOutcome, GRPOSettings, RecordingReward, train_grpo
 from harness.rewards.sandbox_reward import (
@@ -23,6 +22,7 @@ from harness.rewards.sandbox_reward import (
     precheck,
 )
 from harness.rewards.tasks import get_task
+from harness.urls import url_problem
 
 #: Called after each training step with (step, steps, that step's log entry).
 StepProgress = Callable[[int, int, dict[str, Any]], None]
@@ -147,9 +147,9 @@ def run_grpo_job(options: GRPOJobOptions, progress: StepProgress | None = None) 
     if options.api_url is not None:
         if options.faults is not None:
             raise GRPOJobError("fault plans apply to the embedded emulator only, not to --api-url")
-        parsed = urlsplit(options.api_url)
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise GRPOJobError(f"--api-url: {options.api_url!r} is not an http(s) URL with a host")
+        problem = url_problem(options.api_url)
+        if problem is not None:
+            raise GRPOJobError(f"--api-url: {problem}")
         api_key = options.api_key or os.environ.get("DAYTONA_API_KEY")
         if not api_key:
             raise GRPOJobError("--api-url needs an API key: pass --api-key or set DAYTONA_API_KEY")

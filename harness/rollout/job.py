@@ -19,7 +19,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 import yaml
 
@@ -31,6 +30,7 @@ from harness.gsm8k.policy import ScriptedGSM8KPolicy, choose_variant, final_turn
 from harness.rollout.dump import build_entries, decode_sample, write_step
 from harness.rollout.lockstep import TRAJECTORY_INDEX, LockstepServerManager, TurnBarrier
 from harness.rollout.recording import CallLog, RecordingTool, ToolCallRecord
+from harness.urls import url_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL_CONFIGS = {
@@ -86,10 +86,9 @@ class RolloutOptions:
             raise RolloutError(f"--step must be 0 or more (the trainer's step number), got {self.step}")
         if not (math.isfinite(self.generation_latency) and self.generation_latency >= 0):
             raise RolloutError(f"--generation-latency must be 0 or more seconds, got {self.generation_latency}")
-        if self.llm_url:
-            parsed = urlsplit(self.llm_url)
-            if parsed.scheme not in ("http", "https") or not parsed.hostname:
-                raise RolloutError(f"--llm-url: {self.llm_url!r} is not an http(s) URL with a host")
+        problem = url_problem(self.llm_url) if self.llm_url else None
+        if problem is not None:
+            raise RolloutError(f"--llm-url: {problem}")
         if self.data is not None and not Path(self.data).exists():
             raise RolloutError(f"data file not found: {self.data}")
 
