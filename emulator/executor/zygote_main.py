@@ -481,7 +481,7 @@ class _State:
 #: 25 page copies (the type's caches are invalidated): [0] the poll's last event list, [1] the batch being forked,
 #: [2] the children forked but not yet registered, [3] the children completed in this turn of the serving loop (freed
 #: after its forks: memory freed before a fork is where its child's new objects go, each in a page it then copies;
-#: about 8 pages per child).
+#: about 8 pages per child), [4] the run of spawns being forked.
 #: The zygote's pid (set at start; a child compares it with its parent's).
 _ZYGOTE_PID = [0]
 #: Default thread stack sizes: [the zygote's own at start, the one set now] (see :func:`_stack_for_fork`).
@@ -489,7 +489,7 @@ _THREAD_STACK = [0, 0]
 _HAS_ORIG_ARGV = hasattr(sys, "orig_argv")
 _SWAP_OS_ENVIRON = isinstance(getattr(os.environ, "_data", None), dict)
 
-_HELD: list[Any] = [None, None, [], []]
+_HELD: list[Any] = [None, None, [], [], None]
 
 _K_SOCK, _K_OUT, _K_ERR, _K_PIDFD, _K_STDIN, _K_WAKE = range(6)
 
@@ -1558,11 +1558,12 @@ def _shutdown() -> NoReturn:
     os._exit(0)
 
 
-def _handle_socket() -> _Job | None:
-    """Read and process every complete request; returns a job only inside a fast-path child.
+def _read_batch() -> list[tuple[dict[str, Any], _Prepared | None]]:
+    """Read every complete request from the socket: (request, its prepared spawn or None), in order.
 
-    The batch is parsed before the first fork and the children are registered after the last one, so that the work
-    between two forks (each of which makes the zygote's pages shared again) stays small.
+    A function of its own so that its temporaries (offsets and sizes, which are ints of their own above 256, the last
+    request's blobs) die here, before any fork: left in :func:`_handle_socket`'s frame, each child would free them
+    on its way up the stack, and copy the pages that writes.
     """
     inbuf = _State.inbuf
     while True:
@@ -1577,7 +1578,6 @@ def _handle_socket() -> _Job | None:
         inbuf += data
         if len(data) < (1 << 20):
             break
-    data = b""  # released here, not by a child returning up the stack (each release writes pages)
     batch: list[tuple[dict[str, Any], _Prepared | None]] = []
     pos = 0
     size = len(inbuf)
@@ -1596,6 +1596,17 @@ def _handle_socket() -> _Job | None:
         pos = end
         batch.append((req, _prepare(req, blobs) if req.get("op") == "spawn" else None))
     del inbuf[:pos]
+    return batch
+
+
+def _handle_socket() -> _Job | None:
+    """Read and process every complete request; returns a job only inside a fast-path child.
+
+    The batch is parsed before the first fork and the children are registered after the last one, so that the work
+    between two forks (each of which makes the zygote's pages shared again) stays small. What this frame holds when
+    a child returns through it is held elsewhere too (``_HELD``), so that the return frees nothing.
+    """
+    batch = _read_batch()
     spawns = [one for _req, one in batch if one is not None]
     if spawns and len(spawns) + len(_State.children) <= _DONE_LOAD:
         for one in spawns:
@@ -1607,6 +1618,7 @@ def _handle_socket() -> _Job | None:
     del spawns
     _HELD[1] = batch  # a child keeps it referenced: returning up the stack then frees nothing
     run: list[_Prepared] = []  # consecutive spawns, forked together
+    _HELD[4] = run
     for req, prepared in batch:
         if prepared is not None:
             run.append(prepared)
@@ -1616,6 +1628,7 @@ def _handle_socket() -> _Job | None:
             if job is not None:
                 return job  # in the child
             run = []
+            _HELD[4] = run
             _register_forked()  # a kill may name a child of this very batch
         op = req.get("op")
         if op == "go":
@@ -1630,7 +1643,7 @@ def _handle_socket() -> _Job | None:
             return job
     _register_forked()
     sys.modules["__main__"] = _SELF_MODULE
-    _HELD[1] = None
+    _HELD[1] = _HELD[4] = None
     return None
 
 
@@ -1696,12 +1709,8 @@ def _serve_setup(sock_fd: int) -> None:
     _flush()
 
 
-def _serve_once() -> _Job | None:
-    """One turn of the serving loop: a job only inside a forked fast-path child.
-
-    ``zygote_boot`` runs the loop at its top level, so a child returns from this turn straight to where it runs the
-    program: the fewer frames it unwinds, the fewer objects it releases, and the fewer pages it copies.
-    """
+def _poll() -> list[tuple[int, int]]:
+    """Wait for events (until the next lingering child's deadline or private-tmp sweep, if any); held in _HELD[0]."""
     lingering = _State.lingering
     timeout = -1.0
     if lingering:
@@ -1711,11 +1720,18 @@ def _serve_once() -> _Job | None:
         _sweep_due(now)
         until_sweep = max(_State.next_sweep - now, 0.0)
         timeout = until_sweep if timeout < 0 else min(timeout, until_sweep)
+    events: list[tuple[int, int]]
     try:
         events = _State.epoll.poll(timeout)
     except InterruptedError:
         events = []
     _HELD[0] = events
+    return events
+
+
+def _dispatch(events: list[tuple[int, int]]) -> int:
+    """Handle the children's events (output, exits, stdin) and lingering children; the socket's events, for last."""
+    lingering = _State.lingering
     now = time.monotonic()
     handlers = _State.handlers
     sock_events = 0
@@ -1750,6 +1766,18 @@ def _serve_once() -> _Job | None:
             if (not child.out.reading and not child.err.reading) or child.deadline <= now:
                 lingering.remove(child)
                 _complete(child)
+    return sock_events
+
+
+def _serve_once() -> _Job | None:
+    """One turn of the serving loop: a job only inside a forked fast-path child.
+
+    ``zygote_boot`` runs the loop at its top level, so a child returns from this turn straight to where it runs the
+    program: the fewer frames it unwinds, the fewer objects it releases, and the fewer pages it copies. So the poll
+    and the children's events are handled in functions of their own: their temporaries (the times, floats of their
+    own) die before any fork, and this frame holds nothing a child would free.
+    """
+    sock_events = _dispatch(_poll())
     # The results go out before the requests that came with them are forked: forking a batch takes a while (tens of
     # ms at concurrency 128, the children competing for the cores), and a result held back that long holds back the
     # server, its client and so the next requests: the two sides would take turns, leaving a core idle.
