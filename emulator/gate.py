@@ -114,6 +114,7 @@ class FaultGate:
         decision = self.engine.decide(route, key)
         entry = self.journal.begin(route, request.method, request.scope["path"], key, decision.attempt)
         entry.injected_latency = decision.latency
+        entry.arrived = arrived if isinstance(self.engine.clock, RealClock) else None
         if decision.action is not None:
             entry.fault = decision.action.kind
             entry.detail["rule"] = decision.rule_id or decision.limit
@@ -154,6 +155,8 @@ class FaultGate:
         decision = self.engine.decide(route, key)
         entry = self.journal.begin(route, "GET", websocket.url.path, key, decision.attempt)
         entry.injected_latency = decision.latency
+        arrived = transport.arrived_at(websocket.scope)
+        entry.arrived = arrived if isinstance(self.engine.clock, RealClock) else None
         action = decision.action
         if action is not None:
             entry.fault = action.kind
@@ -162,7 +165,7 @@ class FaultGate:
         status: int | None = 101
         try:
             if decision.latency > 0 and action is None and ready_in_latency:
-                wait, deadline = self._latency(decision, transport.arrived_at(websocket.scope))
+                wait, deadline = self._latency(decision, arrived)
                 waiting = None if deadline is not None else self.engine.clock.sleep(wait)
                 with start_gate.offered(waiting, deadline) as latency:
                     outcome = await handler()

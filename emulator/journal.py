@@ -30,6 +30,9 @@ class JournalEntry:
     in_flight: int  # requests in flight on this route when this one arrived, itself included
     fault: str | None = None  # kind of injected fault, e.g. "status", "reset", "hang"; None when none
     injected_latency: float = 0.0
+    # When the request's first bytes arrived (a WebSocket's: its upgrade request's), on the real monotonic clock: an
+    # injected latency runs from then. None in process (an ASGI client has no socket) and on a virtual clock.
+    arrived: float | None = None
     status: int | None = None  # HTTP status sent; None when the connection was dropped
     outcome: str = "pending"  # "ok", "invalid", "fault", "reset", "error", "cancelled"
     finished: float | None = None
@@ -148,9 +151,11 @@ class Journal:
             self.dropped = 0
             self._max_in_flight = Counter(self._in_flight)
 
-    def entries(self, route: str | None = None) -> list[JournalEntry]:
+    def entries(self, route: str | None = None, since: int = 0) -> list[JournalEntry]:
+        """The entries kept (on ``route``, a prefix or exact name), oldest first; only those after sequence number
+        ``since`` when given, so a reader can take what is new since its last read."""
         with self._lock:
-            return [e for e in self._entries if route is None or _route_matches(e.route, route)]
+            return [e for e in self._entries if e.seq > since and (route is None or _route_matches(e.route, route))]
 
     def max_in_flight(self, route: str | None = None) -> int:
         """Highest number of simultaneous requests seen (on ``route``, a prefix or exact name, or overall)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import os
 import platform
@@ -102,9 +103,16 @@ async def _batch(backend: Backend, scenario: Scenario, concurrency: int) -> tupl
 async def measure_level(
     backend: Backend, scenario: Scenario, concurrency: int, warmups: int, iterations: int
 ) -> LevelResult:
-    """Warm-up batches (not counted), then ``iterations`` measured batches."""
+    """Warm-up batches (not counted), then ``iterations`` measured batches (and, from the emulator's journal, its own
+    time for each measured call)."""
     for _ in range(warmups):
         await _batch(backend, scenario, concurrency)
+    journal = getattr(backend, "journal", None)
+    if journal is not None:
+        try:
+            await asyncio.to_thread(journal.mark)
+        except (OSError, ValueError):  # the calls are what is measured: without the journal, only its figure is lost
+            journal = None
     latencies: list[float] = []
     walls: list[float] = []
     ok = 0
@@ -113,7 +121,11 @@ async def measure_level(
         latencies += batch_latencies
         walls.append(wall)
         ok += good
-    return LevelResult(scenario.name, concurrency, tuple(latencies), tuple(walls), ok, len(latencies) - ok)
+    emulator: tuple[float, ...] = ()
+    if journal is not None:
+        with contextlib.suppress(OSError, ValueError):
+            emulator = await asyncio.to_thread(journal.spans)
+    return LevelResult(scenario.name, concurrency, tuple(latencies), tuple(walls), ok, len(latencies) - ok, emulator)
 
 
 async def run_backend(
@@ -177,8 +189,12 @@ def _progress_line(name: str, level: LevelResult, latency: float | None) -> str:
         f"{level.throughput:9.1f} calls/s  p50 {result['p50_latency_s'] * 1000:8.1f} ms  "
         f"p95 {result['p95_latency_s'] * 1000:8.1f} ms  failures {level.failure_count}"
     )
+    if "p50_emulator_s" in result:
+        line += f"  in the emulator p50 {result['p50_emulator_s'] * 1000:.2f} ms"
     if latency is not None:
         line += f"  p50 over injected {(result['p50_latency_s'] - latency) * 1000:.2f} ms"
+        if "p50_emulator_s" in result:
+            line += f" (emulator {(result['p50_emulator_s'] - latency) * 1000:.2f})"
     return line
 
 
@@ -190,6 +206,7 @@ def open_backend(name: str, options: BenchOptions) -> Iterator[Backend]:
     """The backend, with its emulator process running for as long as the ``with`` block (Ctrl-C included)."""
     from harness.bench.drivers import DaytonaBackend, LocalSubprocessBackend, SandboxFusionBackend
     from harness.bench.emulator_process import DAYTONA_KEY, EmulatorProcess, fixed_latency_plan
+    from harness.bench.emulator_time import ROUTES, EmulatorJournal
 
     pool = max(options.levels)
     if name in EMULATOR_BACKENDS:
@@ -197,9 +214,11 @@ def open_backend(name: str, options: BenchOptions) -> Iterator[Backend]:
         plan = fixed_latency_plan(options.fixed_latency_s) if options.fixed_latency_s is not None else None
         with EmulatorProcess(mode, plan) as emulator:
             if name.startswith("emulator-sf-"):
-                yield SandboxFusionBackend(name, emulator.base_url + "/run_code", pool)
+                journal = EmulatorJournal(emulator.base_url, ROUTES["sandbox-fusion"])
+                yield SandboxFusionBackend(name, emulator.base_url + "/run_code", pool, journal)
             else:
-                yield DaytonaBackend(name, emulator.base_url + "/api", DAYTONA_KEY, pool)
+                journal = EmulatorJournal(emulator.base_url, ROUTES["daytona"])
+                yield DaytonaBackend(name, emulator.base_url + "/api", DAYTONA_KEY, pool, journal)
     elif name == "local-subprocess":
         yield LocalSubprocessBackend()
     elif name == "sandbox-fusion":
@@ -245,11 +264,12 @@ def run(options: BenchOptions, progress: Callable[[str], None] = lambda line: No
 
 
 def table(runs: Sequence[BackendRun], latency: float | None = None) -> str:
-    """Daytona's terminal table, with a backend column (and the p50 over the injected latency, if any)."""
+    """Daytona's terminal table, with a backend column; with an injected latency, the p50 over it (of the calls, and
+    of the emulator's own time: the rest is the client's)."""
     head = f"{'Backend':22s} {'Scenario':17s} {'Conc':>5s} {'p50':>8s} {'p95':>8s} {'Thru(c/s)':>10s}"
     head += f" {'OK':>6s} {'Fail':>5s}"
     if latency is not None:
-        head += f" {'p50-inj(ms)':>12s}"
+        head += f" {'p50-inj(ms)':>12s} {'emulator(ms)':>12s}"
     lines = [head, "-" * len(head)]
     for run_ in runs:
         for level in run_.levels:
@@ -260,7 +280,8 @@ def table(runs: Sequence[BackendRun], latency: float | None = None) -> str:
             )
             if latency is not None:
                 over = (r["p50_latency_s"] - latency) * 1000 if run_.backend in EMULATOR_BACKENDS else float("nan")
-                line += f" {over:12.2f}"
+                own = (r["p50_emulator_s"] - latency) * 1000 if "p50_emulator_s" in r else float("nan")
+                line += f" {over:12.2f} {own:12.2f}"
             lines.append(line)
     return "\n".join(lines)
 

@@ -14,6 +14,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from harness.bench.emulator_time import EmulatorJournal
+
 
 @dataclass(frozen=True)
 class Scenario:
@@ -49,9 +51,10 @@ class CallOutcome:
 
 
 class Backend(Protocol):
-    """One sandbox service seen through its client."""
+    """One sandbox service seen through its client (and, for the benchmark's own emulator, its journal)."""
 
     name: str
+    journal: EmulatorJournal | None
 
     async def create(self, index: int) -> None: ...
 
@@ -78,10 +81,11 @@ def _tool_limits(pool: int) -> dict[str, Any]:
 class SandboxFusionBackend:
     """``SandboxFusionTool`` against a ``/run_code`` URL (the emulator's or a real server's)."""
 
-    def __init__(self, name: str, run_code_url: str, pool: int) -> None:
+    def __init__(self, name: str, run_code_url: str, pool: int, journal: EmulatorJournal | None = None) -> None:
         from harness.tools.sandbox_fusion import SandboxFusionTool
 
         self.name = name
+        self.journal = journal
         with contextlib.redirect_stdout(io.StringIO()):  # verl's BaseTool prints its schema
             self.tool = SandboxFusionTool({"sandbox_fusion_url": run_code_url, **_tool_limits(pool)})
         self._ids: dict[int, str] = {}
@@ -105,12 +109,15 @@ class SandboxFusionBackend:
 class DaytonaBackend:
     """``DaytonaTool`` (the real ``daytona`` SDK, the interpreter WebSocket) against a Daytona API URL."""
 
-    def __init__(self, name: str, api_url: str, api_key: str, pool: int) -> None:
+    def __init__(
+        self, name: str, api_url: str, api_key: str, pool: int, journal: EmulatorJournal | None = None
+    ) -> None:
         from harness.tools.daytona import DaytonaTool
 
         config = {"api_url": api_url, "api_key": api_key, "sandbox_scope": "call", **_tool_limits(pool)}
         config["name_prefix"] = "verl-daytona-bench"
         self.name = name
+        self.journal = journal
         with contextlib.redirect_stdout(io.StringIO()):
             self.tool = DaytonaTool(config)
         self._ids: dict[int, str] = {}
@@ -135,6 +142,7 @@ class LocalSubprocessBackend:
     """A fresh ``python -c CODE`` per call: no server, no isolation but a process (Docker baseline, minus Docker)."""
 
     name = "local-subprocess"
+    journal: EmulatorJournal | None = None
 
     async def create(self, index: int) -> None:
         return None

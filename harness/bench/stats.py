@@ -38,6 +38,8 @@ RESULT_KEYS = (
     "throughput_calls_per_s",
     "status",
 )
+#: Keys a result has besides Daytona's for a backend whose emulator's journal was read (see ``emulator_time``).
+EMULATOR_KEYS = ("p50_emulator_s", "p95_emulator_s")
 #: Top-level keys of ``summary.json``.
 SUMMARY_KEYS = ("backend", "created_at", "host", "python_version", "results", "setup_result")
 
@@ -74,6 +76,9 @@ class LevelResult:
     batch_walls_s: tuple[float, ...]
     success_count: int
     failure_count: int
+    #: The emulator's own time per measured call, from the request's arrival to its answer (its journal); empty for
+    #: a backend that is not the benchmark's own emulator.
+    emulator_s: tuple[float, ...] = ()
 
     @property
     def throughput(self) -> float:
@@ -84,7 +89,7 @@ class LevelResult:
     def result(self) -> dict[str, Any]:
         """The ``summary.json`` form."""
         figures = spread(self.latencies_s)
-        return {
+        result: dict[str, Any] = {
             "scenario": self.scenario,
             "concurrency": self.concurrency,
             "measured_call_count": len(self.latencies_s),
@@ -97,6 +102,11 @@ class LevelResult:
             "throughput_calls_per_s": self.throughput,
             "status": "ok",
         }
+        if self.emulator_s:
+            emulator = spread(self.emulator_s)
+            result["p50_emulator_s"] = emulator["p50"]
+            result["p95_emulator_s"] = emulator["p95"]
+        return result
 
     def row(self) -> dict[str, str]:
         """The ``results.csv`` form: latencies to 4 decimals, throughput to 2."""

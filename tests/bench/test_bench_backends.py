@@ -18,6 +18,7 @@ from harness.bench.backends import BenchOptions, run_backend
 from harness.bench.drivers import SCENARIOS, CallOutcome, Scenario
 from harness.bench.stats import (
     CSV_COLUMNS,
+    EMULATOR_KEYS,
     RESULT_KEYS,
     SUMMARY_KEYS,
     LevelResult,
@@ -67,6 +68,14 @@ def test_throughput_is_calls_over_the_sum_of_batch_walls() -> None:
     result = _level().result()
     assert result["mean_latency_s"] == pytest.approx(0.25)
     assert result["p95_latency_s"] == 0.4 and result["max_latency_s"] == 0.4
+
+
+def test_the_emulators_own_time_adds_its_spread_to_the_result() -> None:
+    level = LevelResult("simple_stdout", 2, (0.1, 0.2, 0.3, 0.4), (0.25, 0.5), 4, 0, emulator_s=(0.09, 0.05, 0.07))
+    result = level.result()
+    assert list(result) == [*[k for k in result if k not in EMULATOR_KEYS], *EMULATOR_KEYS]
+    assert (result["p50_emulator_s"], result["p95_emulator_s"]) == (0.07, 0.09)
+    assert level.row() == LevelResult("simple_stdout", 2, (0.1, 0.2, 0.3, 0.4), (0.25, 0.5), 4, 0).row()
 
 
 def test_csv_and_summary_have_exactly_daytonas_columns_and_keys(tmp_path: Path) -> None:
@@ -120,6 +129,12 @@ def test_a_tiny_run_end_to_end(backend: str, tmp_path: Path, capsys: pytest.Capt
     captured = capsys.readouterr()
     assert f"{backend}" in captured.out and "Thru(c/s)" in captured.out  # the final table
     assert "c=2" in captured.err  # the progress line
+    result = summary["results"][0]  # type: ignore[index]
+    if backend == "local-subprocess":
+        assert not set(EMULATOR_KEYS) & set(result) and "in the emulator" not in captured.err
+    else:  # the emulator's own time of the measured calls, from its journal: within each call's latency
+        assert 0 < result["p50_emulator_s"] <= result["p95_emulator_s"] <= result["max_latency_s"]
+        assert "in the emulator p50" in captured.err
 
 
 def test_plot_and_fixed_latency(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -131,7 +146,10 @@ def test_plot_and_fixed_latency(tmp_path: Path, capsys: pytest.CaptureFixture[st
     rows, summary = _read_run(tmp_path, "emulator-sf-fast")
     assert summary["injected_latency_s"] == 0.05
     assert float(rows[0]["p50_s"]) >= 0.05  # the injected latency is in every call
-    assert "p50-inj(ms)" in capsys.readouterr().out
+    result = summary["results"][0]  # type: ignore[index]
+    assert 0.05 <= result["p50_emulator_s"] < result["p50_latency_s"]  # the rest is the client's
+    out = capsys.readouterr().out
+    assert "p50-inj(ms)" in out and "emulator(ms)" in out
 
 
 @pytest.mark.parametrize(
@@ -203,3 +221,32 @@ def test_measured_calls_run_with_the_setup_heap_frozen_and_it_is_thawed_after(tm
     assert len(measured) == (1 + 2) * (1 + 4) and min(measured) > before
     assert gc.get_freeze_count() == before
     assert [level.success_count for level in run.levels] == [2, 8] and backend.released == 4
+
+
+class _LostJournal:
+    """An emulator journal that cannot be read (its process is gone, say)."""
+
+    def __init__(self, fail_on: str) -> None:
+        self.fail_on = fail_on
+        self.calls: list[str] = []
+
+    def mark(self) -> None:
+        self.calls.append("mark")
+        if self.fail_on == "mark":
+            raise OSError("connection refused")
+
+    def spans(self) -> tuple[float, ...]:
+        self.calls.append("spans")
+        raise ValueError("not JSON")
+
+
+@pytest.mark.parametrize("fail_on", ["mark", "spans"])
+def test_a_journal_that_cannot_be_read_costs_only_its_figure(fail_on: str, tmp_path: Path) -> None:
+    backend = _RecordingBackend()
+    backend.journal = _LostJournal(fail_on)  # type: ignore[attr-defined]
+    options = BenchOptions(("recording",), (SCENARIOS["simple_stdout"],), (2,), 1, 3, tmp_path)
+    run = asyncio.run(run_backend(backend, options))
+    [level] = run.levels
+    assert (level.success_count, level.emulator_s) == (6, ())
+    assert "p50_emulator_s" not in level.result()
+    assert backend.journal.calls == (["mark"] if fail_on == "mark" else ["mark", "spans"])  # type: ignore[attr-defined]

@@ -68,6 +68,10 @@ def test_the_handshake_is_answered_during_the_wait_and_the_code_starts_at_its_en
     assert frames[-1] == {"type": "control", "text": "completed"}
     [entry] = server.emulator.journal.entries("daytona.interpreter.execute")
     assert entry.outcome == "ok" and entry.injected_latency == LATENCY
+    # The upgrade request's arrival, on the client's clock: the latency runs from it, and the answer ends after both.
+    assert entry.arrived is not None and entry.finished is not None
+    assert asked <= entry.arrived <= opened and entry.arrived <= entry.started
+    assert entry.arrived + LATENCY <= started <= entry.finished <= answered  # the code waited from the arrival on
 
 
 def test_answers_without_a_run_still_come_after_the_latency(server: EmulatorServer, api_url: str, api_key: str) -> None:

@@ -132,6 +132,31 @@ def test_the_latency_runs_from_the_requests_first_bytes(sandbox_fusion_url: str)
     assert sent + 0.5 <= started < sent + 0.75
 
 
+@pytest.mark.faults({"rules": [{"id": "slow", "route": RUN_CODE, "latency": {"fixed": 0.2}}]})
+def test_the_journal_holds_each_requests_arrival(sandbox_fusion_url: str, emulator_journal: Journal) -> None:
+    """The arrival is the first bytes' time (before the body, before the entry began), on the caller's monotonic
+    clock, and the answer is complete no sooner than the latency after it."""
+    host, port = sandbox_fusion_url.removeprefix("http://").split("/")[0].split(":")
+    body = json.dumps(PRINT).encode()
+    head = (
+        f"POST /run_code HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sent = time.monotonic()
+        sock.sendall(head)
+        time.sleep(0.1)  # the body comes later: the entry begins once it is read
+        sock.sendall(body)
+        while sock.recv(65536):
+            pass
+        received = time.monotonic()
+    (entry,) = emulator_journal.entries()
+    assert entry.arrived is not None and entry.finished is not None
+    assert sent <= entry.arrived < sent + 0.05
+    assert entry.started >= entry.arrived + 0.1
+    assert entry.arrived + 0.2 <= entry.finished <= received
+
+
 @pytest.mark.faults(_rule("null_stdout"))
 def test_null_stdout_runs_the_code_but_hides_stdout(sandbox_fusion_url: str) -> None:
     body = requests.post(sandbox_fusion_url, json=PRINT, timeout=10).json()
@@ -202,6 +227,23 @@ def test_control_plane(sandbox_emulator: EmulatorServer) -> None:
     assert decisions[-1]["kind"] == "status" and decisions[-1]["status"] == 503
     assert requests.post(base + "/reset", timeout=10).json() == {"reset": True}
     assert requests.get(base + "/journal", timeout=10).json() == []
+
+
+def test_the_journal_reads_from_a_sequence_number(sandbox_emulator: EmulatorServer) -> None:
+    base = sandbox_emulator.url + "/_emulator/journal"
+    for _ in range(3):
+        assert requests.post(sandbox_emulator.run_code_url, json=PRINT, timeout=10).status_code == 200
+    requests.get(sandbox_emulator.url + "/v1/ping", timeout=10)
+    every = requests.get(base, timeout=10).json()
+    seqs = [e["seq"] for e in every if e["route"] == RUN_CODE]
+    assert len(seqs) == 3
+    later = requests.get(base, params={"route": RUN_CODE, "since": seqs[0]}, timeout=10).json()
+    assert [e["seq"] for e in later] == seqs[1:]
+    assert requests.get(base, params={"since": max(e["seq"] for e in every)}, timeout=10).json() == []
+    assert all(isinstance(e["arrived"], float) for e in later)
+    for bad in ("-1", "two", "1.5"):
+        answer = requests.get(base, params={"since": bad}, timeout=10)
+        assert answer.status_code == 400 and "since" in answer.json()["error"]
 
 
 def test_ping(sandbox_emulator: EmulatorServer) -> None:

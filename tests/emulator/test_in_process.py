@@ -15,8 +15,9 @@ from emulator.transport import EmulatedConnectionReset
 
 
 def test_asgi_transport_runs_code() -> None:
+    emulator = Emulator()
+
     async def main() -> dict[str, object]:
-        emulator = Emulator()
         transport = httpx.ASGITransport(app=emulator.app)
         try:
             async with httpx.AsyncClient(transport=transport, base_url="http://sandbox") as client:
@@ -28,6 +29,8 @@ def test_asgi_transport_runs_code() -> None:
             await emulator.aclose()
 
     body = asyncio.run(main())
+    [entry] = emulator.journal.entries("sandbox_fusion.run_code")
+    assert entry.arrived is None and entry.finished is not None  # no socket: no arrival to tell
     assert body["status"] == "Success"
     assert body["run_result"] == {
         "status": "Finished",
