@@ -219,7 +219,7 @@ class Emulator:
         async def journal(request: Request) -> Response:
             route = request.query_params.get("route")
             raw_since = request.query_params.get("since", "0")
-            if not raw_since.isdigit():
+            if not (raw_since.isascii() and raw_since.isdigit()):
                 return json_response({"error": f"since must be a sequence number (0 or more), got {raw_since!r}"}, 400)
             entries = [e.to_dict() for e in self.journal.entries(route, int(raw_since))]
             return json_response(entries)

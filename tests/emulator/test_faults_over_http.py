@@ -241,7 +241,7 @@ def test_the_journal_reads_from_a_sequence_number(sandbox_emulator: EmulatorServ
     assert [e["seq"] for e in later] == seqs[1:]
     assert requests.get(base, params={"since": max(e["seq"] for e in every)}, timeout=10).json() == []
     assert all(isinstance(e["arrived"], float) for e in later)
-    for bad in ("-1", "two", "1.5"):
+    for bad in ("-1", "two", "1.5", "\u00b2", ""):
         answer = requests.get(base, params={"since": bad}, timeout=10)
         assert answer.status_code == 400 and "since" in answer.json()["error"]
 
