@@ -110,12 +110,11 @@ def test_the_program_starts_only_after_the_latency(sandbox_fusion_url: str, emul
     assert [(e.status, e.outcome) for e in emulator_journal.entries()] == [(200, "ok"), (422, "invalid")]
 
 
-@pytest.mark.faults({"rules": [{"id": "slow", "route": RUN_CODE, "latency": {"fixed": 0.5}}]})
-def test_the_latency_runs_from_the_requests_first_bytes(sandbox_fusion_url: str) -> None:
-    """A client that sends its head, then its body 0.3 s later: the program starts 0.5 s after the head came, not
-    0.5 s after the body (the server's reading and deciding run during the latency, as behind a slow network)."""
-    host, port = sandbox_fusion_url.removeprefix("http://").split("/")[0].split(":")
-    body = json.dumps({"code": "import time\nprint(time.monotonic())", "language": "python"}).encode()
+def _post_head_then_body(url: str, payload: dict[str, Any], pause: float) -> tuple[float, bytes, float]:
+    """POST ``payload`` as a slow client does: the head, ``pause`` seconds, then the body. Returns (when the head was
+    sent, the whole answer, when it was received)."""
+    host, port = url.removeprefix("http://").split("/")[0].split(":")
+    body = json.dumps(payload).encode()
     head = (
         f"POST /run_code HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
@@ -123,11 +122,20 @@ def test_the_latency_runs_from_the_requests_first_bytes(sandbox_fusion_url: str)
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         sent = time.monotonic()
         sock.sendall(head)
-        time.sleep(0.3)  # the slow client under test
+        time.sleep(pause)  # the slow client under test
         sock.sendall(body)
         answer = b""
         while chunk := sock.recv(65536):
             answer += chunk
+    return sent, answer, time.monotonic()
+
+
+@pytest.mark.faults({"rules": [{"id": "slow", "route": RUN_CODE, "latency": {"fixed": 0.5}}]})
+def test_the_latency_runs_from_the_requests_first_bytes(sandbox_fusion_url: str) -> None:
+    """A client that sends its head, then its body 0.3 s later: the program starts 0.5 s after the head came, not
+    0.5 s after the body (the server's reading and deciding run during the latency, as behind a slow network)."""
+    stamp = {"code": "import time\nprint(time.monotonic())", "language": "python"}
+    sent, answer, _ = _post_head_then_body(sandbox_fusion_url, stamp, pause=0.3)
     started = float(json.loads(answer.partition(b"\r\n\r\n")[2])["run_result"]["stdout"])
     assert sent + 0.5 <= started < sent + 0.75
 
@@ -136,20 +144,7 @@ def test_the_latency_runs_from_the_requests_first_bytes(sandbox_fusion_url: str)
 def test_the_journal_holds_each_requests_arrival(sandbox_fusion_url: str, emulator_journal: Journal) -> None:
     """The arrival is the first bytes' time (before the body, before the entry began), on the caller's monotonic
     clock, and the answer is complete no sooner than the latency after it."""
-    host, port = sandbox_fusion_url.removeprefix("http://").split("/")[0].split(":")
-    body = json.dumps(PRINT).encode()
-    head = (
-        f"POST /run_code HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    ).encode()
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sent = time.monotonic()
-        sock.sendall(head)
-        time.sleep(0.1)  # the body comes later: the entry begins once it is read
-        sock.sendall(body)
-        while sock.recv(65536):
-            pass
-        received = time.monotonic()
+    sent, _, received = _post_head_then_body(sandbox_fusion_url, PRINT, pause=0.1)  # the entry begins at the body
     (entry,) = emulator_journal.entries()
     assert entry.arrived is not None and entry.finished is not None
     assert sent <= entry.arrived < sent + 0.05
