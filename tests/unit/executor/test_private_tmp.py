@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import resource
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -24,6 +25,20 @@ from emulator.executor import ExecutionRequest, ExecutionResult, Executor, Execu
 from .conftest import Runner, wait_until_reaped
 
 _LIST_TMP = "import os\nprint(os.getcwd())\nprint(sorted(os.listdir(os.path.dirname(os.getcwd()))))\n"
+
+
+def _private_tmp_expected() -> bool:
+    """Root gets a private temp root unless the runtime Python uses something under it (its files, or a checkout
+    installed in editable mode under ``/tmp``): the tmpfs would hide that from programs, so the zygote refuses (see
+    ``test_no_private_temp_root_when_the_runtime_python_lives_under_it``)."""
+    if os.geteuid() != 0:
+        return False
+    roots = {tempfile.gettempdir().rstrip(os.sep) + os.sep, os.path.realpath(tempfile.gettempdir()) + os.sep}
+    for used in (sys.executable, sys.prefix, sys.base_prefix, *sys.path):
+        for path in (os.path.abspath(used), os.path.realpath(used)) if used else ():
+            if (path + os.sep).startswith(tuple(roots)):
+                return False
+    return True
 
 
 @pytest.fixture
@@ -59,7 +74,7 @@ def test_a_one_shot_run_sees_a_private_temp_root(runner: Runner, host_marker: st
     cwd, listing, given = (result.stdout or "").splitlines()
     assert cwd == path and os.path.dirname(cwd) == tempfile.gettempdir()
     assert given == "given" and result.files == {"made.txt": b"made"}
-    if os.geteuid() == 0:
+    if _private_tmp_expected():
         assert runner.executor.private_tmp == tempfile.gettempdir()
         assert host_marker not in listing and os.path.basename(path) in listing
         assert not os.path.exists(path)  # never on the host
@@ -178,7 +193,7 @@ def test_leftovers_stay_for_later_runs_until_stale_and_live_dirs_stay(host_marke
             wrote, _ = await _one_shot(executor, f"open('/tmp/{name}', 'w').write('kept')\n")
             assert wrote.return_code == 0, wrote.stderr
             if executor.private_tmp is None:
-                assert os.geteuid() != 0
+                assert not _private_tmp_expected()
                 os.unlink(os.path.join(tempfile.gettempdir(), name))
                 return
             read, _ = await _one_shot(executor, f"print(open('/tmp/{name}').read())\n")
