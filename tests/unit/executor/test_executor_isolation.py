@@ -6,9 +6,11 @@ import asyncio
 import contextlib
 import gc
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -405,6 +407,7 @@ def test_cancelled_run_kills_the_program(runner: Runner) -> None:
     assert runner.run("print('ok')").stdout == "ok\n"
 
 
+_NO_BYTECODE = shutil.ignore_patterns("__pycache__")
 _NON_ROOT_SCRIPT = """
 import asyncio, os, sys
 from emulator.executor import ExecutionRequest, Executor, ExecutorConfig
@@ -440,9 +443,14 @@ def test_non_root_mode() -> None:
     if not (os.path.exists(python) and os.path.exists(setpriv)):
         pytest.skip("needs a world-readable system python3 and setpriv")
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": repo, "LANG": "C.UTF-8"}
-    argv = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", _NON_ROOT_SCRIPT]
-    done = subprocess.run(argv, cwd="/", env=env, capture_output=True, text=True, timeout=60)
+    # The unprivileged user imports a copy of the package in a world-readable dir: the checkout itself may lie where
+    # it cannot look (under a home dir of mode 700, say).
+    with tempfile.TemporaryDirectory(prefix="non-root-") as tree:
+        os.chmod(tree, 0o755)
+        shutil.copytree(os.path.join(repo, "emulator"), os.path.join(tree, "emulator"), ignore=_NO_BYTECODE)
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": tree, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+        argv = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", _NON_ROOT_SCRIPT]
+        done = subprocess.run(argv, cwd="/", env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     for mode in ("fast", "faithful"):
         assert f"{mode} uid True nproc True" in done.stdout
