@@ -8,7 +8,9 @@ paths, Sandbox Fusion through ``SandboxFusionTool`` and Daytona through ``Dayton
 ``python -c`` per call baseline, and any real service given by URL.
 
 Output: ``OUT/<backend>/results.csv`` and ``OUT/<backend>/summary.json`` (one directory per backend, so each CSV
-has Daytona's columns exactly), ``OUT/throughput.png``, a progress line per level and a table at the end.
+has Daytona's columns exactly), ``OUT/throughput.png``, a progress line per level and a table at the end. For the
+emulator's backends, its own time of each measured call (from its journal, see ``emulator_time``) goes beside the
+calls' latency: the rest is the client's.
 Exit status: 0 when every call succeeded, 1 when some failed, 2 for bad arguments or a backend that cannot run.
 """
 
