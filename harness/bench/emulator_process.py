@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from harness.bench.emulator_time import ROUTES
+
 #: The bearer key the benchmark's emulator accepts on its Daytona API.
 DAYTONA_KEY = "bench-key"
 #: Routes that execute code: where ``fixed_latency_s`` is injected.
-EXECUTION_ROUTES = ("sandbox_fusion.run_code", "daytona.interpreter.execute")
+EXECUTION_ROUTES = tuple(ROUTES.values())
 
 
 def fixed_latency_plan(seconds: float) -> dict[str, Any]:

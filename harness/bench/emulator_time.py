@@ -15,8 +15,11 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from emulator.daytona.service import ROUTE_INTERPRETER
+from emulator.sandbox_fusion.routes import ROUTE_RUN_CODE
+
 #: The journal route of the call each emulator backend measures.
-ROUTES = {"sandbox-fusion": "sandbox_fusion.run_code", "daytona": "daytona.interpreter.execute"}
+ROUTES = {"sandbox-fusion": ROUTE_RUN_CODE, "daytona": ROUTE_INTERPRETER}
 
 
 class EmulatorJournal:

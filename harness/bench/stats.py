@@ -104,8 +104,7 @@ class LevelResult:
         }
         if self.emulator_s:
             emulator = spread(self.emulator_s)
-            result["p50_emulator_s"] = emulator["p50"]
-            result["p95_emulator_s"] = emulator["p95"]
+            result.update(zip(EMULATOR_KEYS, (emulator["p50"], emulator["p95"]), strict=True))
         return result
 
     def row(self) -> dict[str, str]:
