@@ -33,7 +33,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from harness.bench import machine
 from harness.bench.drivers import SCENARIOS, Backend, Scenario
+from harness.bench.machine import MachineSpeed
 from harness.bench.stats import LevelResult, PoolTimings, write_csv, write_summary
 from harness.urls import url_problem
 
@@ -233,7 +235,7 @@ def open_backend(name: str, options: BenchOptions) -> Iterator[Backend]:
         raise BenchError(f"unknown backend {name!r}")
 
 
-def _header(name: str, options: BenchOptions) -> dict[str, Any]:
+def _header(name: str, options: BenchOptions, speed: MachineSpeed | None) -> dict[str, Any]:
     return {
         "backend": name,
         "created_at": datetime.now(timezone.utc).isoformat(),
@@ -243,13 +245,26 @@ def _header(name: str, options: BenchOptions) -> dict[str, Any]:
         "warmups": options.warmups,
         "iterations": options.iterations,
         "injected_latency_s": options.fixed_latency_s if name in EMULATOR_BACKENDS else None,
+        "machine_speed": speed.as_dict() if speed is not None else None,
     }
+
+
+def _machine_speed(name: str, progress: Callable[[str], None]) -> MachineSpeed | None:
+    """This machine's speed just before a backend runs (it drifts within an hour on a shared VM)."""
+    try:
+        speed = machine.measure()
+    except machine.ProbeError as exc:
+        progress(f"{name}: {exc}")
+        return None
+    progress(f"{name}: machine speed: {speed.describe()}")
+    return speed
 
 
 def run(options: BenchOptions, progress: Callable[[str], None] = lambda line: None) -> list[BackendRun]:
     """Measure every backend in turn (each in its own event loop), writing its files as soon as it is done."""
     runs: list[BackendRun] = []
     for name in options.backends:
+        speed = _machine_speed(name, progress)
         progress(f"{name}: creating {max(options.levels)} sandboxes")
 
         async def go(name: str = name) -> BackendRun:
@@ -260,7 +275,7 @@ def run(options: BenchOptions, progress: Callable[[str], None] = lambda line: No
         directory = options.out / name
         directory.mkdir(parents=True, exist_ok=True)
         write_csv(directory / "results.csv", result.levels)
-        write_summary(directory / "summary.json", _header(name, options), result.levels, result.pool)
+        write_summary(directory / "summary.json", _header(name, options, speed), result.levels, result.pool)
         runs.append(result)
     return runs
 

@@ -233,6 +233,15 @@ def main(args: argparse.Namespace) -> int:
     if problem:
         print(f"sandbox-emulator bench-throughput: {problem}", file=sys.stderr)
         return 2
+    from harness.bench import machine
+
+    speed: machine.MachineSpeed | None = None
+    try:
+        speed = machine.measure()
+    except machine.ProbeError as exc:
+        print(f"sandbox-emulator bench-throughput: {exc}", file=sys.stderr)
+    else:
+        print(f"machine speed: {speed.describe()}", file=sys.stderr, flush=True)
     all_results: list[LevelResult] = []
     memory: dict[str, dict[str, int]] = {}
     for mode in modes:
@@ -254,7 +263,11 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
-                {"levels": [asdict(r) | {"per_second": r.per_second} for r in all_results], "memory": memory},
+                {
+                    "levels": [asdict(r) | {"per_second": r.per_second} for r in all_results],
+                    "memory": memory,
+                    "machine_speed": speed.as_dict() if speed is not None else None,
+                },
                 f,
                 indent=2,
             )

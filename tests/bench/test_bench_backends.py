@@ -126,7 +126,9 @@ def test_a_tiny_run_end_to_end(backend: str, tmp_path: Path, capsys: pytest.Capt
     ]
     assert float(rows[0]["throughput_calls_per_s"]) > 0
     assert summary["backend"] == backend
+    assert summary["machine_speed"]["fork_exit_ms"] > 0  # type: ignore[index]
     captured = capsys.readouterr()
+    assert f"{backend}: machine speed: a pure-Python loop at" in captured.err
     assert f"{backend}" in captured.out and "Thru(c/s)" in captured.out  # the final table
     assert "c=2" in captured.err  # the progress line
     result = summary["results"][0]  # type: ignore[index]
@@ -250,3 +252,20 @@ def test_a_journal_that_cannot_be_read_costs_only_its_figure(fail_on: str, tmp_p
     assert (level.success_count, level.emulator_s) == (6, ())
     assert "p50_emulator_s" not in level.result()
     assert backend.journal.calls == (["mark"] if fail_on == "mark" else ["mark", "spans"])  # type: ignore[attr-defined]
+
+
+def test_a_machine_speed_probe_that_fails_costs_only_its_figures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.bench import machine
+
+    def broken(*args: object, **kwargs: object) -> machine.MachineSpeed:
+        raise machine.ProbeError("the machine-speed probe did not run: no fork here")
+
+    monkeypatch.setattr(machine, "measure", broken)
+    argv = ["bench", "--backends", "local-subprocess", "--concurrency", "1", "--warmups", "0", "--iterations", "1"]
+    argv += ["--scenarios", "simple_stdout", "--out", str(tmp_path), "--no-plot"]
+    assert cli_main(argv) == 0
+    rows, summary = _read_run(tmp_path, "local-subprocess")
+    assert summary["machine_speed"] is None and rows[0]["success_count"] == "1"
+    assert "local-subprocess: the machine-speed probe did not run: no fork here" in capsys.readouterr().err

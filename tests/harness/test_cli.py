@@ -101,8 +101,10 @@ def test_bench_throughput_runs_end_to_end_with_either_client(tmp_path: Path) -> 
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
         assert re.search(r"^fast\s+3\s+9\s+0\s+\d+\.\d$", result.stdout, re.MULTILINE), result.stdout
-        (level,) = json.loads(out.read_text())["levels"]
+        figures = json.loads(out.read_text())
+        (level,) = figures["levels"]
         assert (level["ok"], level["errors"]) == (9, 0)
+        assert figures["machine_speed"]["python_loop_ns"] > 0 and "machine speed:" in result.stderr
     assert _run("bench-throughput", "--client", "httpx").returncode == 2
     negative = _run("bench-throughput", "--requests", "-5")
     assert negative.returncode == 2 and "--requests" in negative.stderr and "Traceback" not in negative.stderr
