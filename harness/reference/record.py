@@ -1,32 +1,62 @@
 """``sandbox-emulator record``: run the reference suite against a real service and store its answers as a snapshot
 (``DIR/<service>.json``) for ``check-reference`` to compare with.
 
+The answers are merged into the snapshot already in the directory, if any: a case answered now replaces its earlier
+answer, every other earlier case is kept, and when no case gets an answer the file is left as it was.
+
 Exit status: 0 when every case got an HTTP answer, 1 when some did not (the others are still stored), 2 on bad
-input.
+input (including a snapshot already there that cannot be read: it is not overwritten).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.reference.check import add_common_options
-from harness.reference.snapshots import Snapshot, from_answers, write_snapshot
+from harness.reference.snapshots import (
+    Snapshot,
+    SnapshotError,
+    from_answers,
+    merge_into,
+    read_snapshot,
+    snapshot_path,
+    write_snapshot,
+)
 from harness.reference.suite import SERVICES, SuiteError, Target, load_suite, run_suite, select
 from harness.urls import url_problem
 
 
-def record(target: Target, out: Path, suite_path: Path | None = None, patterns: list[str] | None = None) -> Snapshot:
-    """Run the suite's cases for ``target.service`` against it and write the snapshot into ``out``."""
+@dataclass(frozen=True)
+class Recording:
+    """What one ``record`` did: the answers it got, and what the snapshot file now holds."""
+
+    answered: Snapshot
+    #: Earlier cases of the file kept as they were (not selected, or not answered this time).
+    kept: list[str]
+    #: Whether the file was written (not when no case got an answer).
+    written: bool
+
+
+def record(target: Target, out: Path, suite_path: Path | None = None, patterns: list[str] | None = None) -> Recording:
+    """Run the suite's cases for ``target.service`` against it and merge the answers into ``out``'s snapshot.
+
+    Recording never loses an earlier answer: a case that gets no answer now, or was not selected, keeps the one the
+    file had, and when no case gets an answer the file is not touched at all.
+    """
     cases = select(load_suite(suite_path)[target.service], patterns)
+    previous = read_snapshot(out, target.service)  # a snapshot that cannot be read is not overwritten
     answers = run_suite(target, cases)
-    snapshot = from_answers(target.service, target.url, answers)
-    write_snapshot(out, snapshot)
-    missing = [cid for cid, a in answers.items() if a.status is None]
-    for cid in missing:
+    answered = from_answers(target.service, target.url, answers)
+    for cid in (cid for cid, a in answers.items() if a.status is None):
         print(f"sandbox-emulator record: {cid}: no answer ({answers[cid].error})", file=sys.stderr)
-    return snapshot
+    if not answered.cases:
+        return Recording(answered, list(previous.cases) if previous else [], written=False)
+    merged, kept = merge_into(previous, answered)
+    write_snapshot(out, merged)
+    return Recording(answered, kept, written=True)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -40,15 +70,23 @@ def main(args: argparse.Namespace) -> int:
         if not cases:
             print("sandbox-emulator record: no case matches --cases", file=sys.stderr)
             return 2
-        snapshot = record(target, args.out, args.suite, args.cases)
-    except SuiteError as exc:
+        done = record(target, args.out, args.suite, args.cases)
+    except (SuiteError, SnapshotError) as exc:
         print(f"sandbox-emulator record: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"sandbox-emulator record: cannot write into {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    print(f"recorded {len(snapshot.cases)} of {len(cases)} {args.service} cases from {target.url} into {args.out}")
-    return 0 if len(snapshot.cases) == len(cases) else 1
+    got = len(done.answered.cases)
+    path = snapshot_path(args.out, args.service)
+    if not done.written:
+        untouched = f"{path} is untouched" if path.exists() else f"{path} was not written"
+        print(f"recorded none of {len(cases)} {args.service} cases from {target.url}: {untouched}", file=sys.stderr)
+        return 1
+    print(f"recorded {got} of {len(cases)} {args.service} cases from {target.url} into {path}")
+    if done.kept:
+        print(f"kept the earlier answers of {len(done.kept)} cases not recorded now: {', '.join(done.kept)}")
+    return 0 if got == len(cases) else 1
 
 
 def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

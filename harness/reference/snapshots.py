@@ -8,6 +8,7 @@ no bodies).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,10 +45,36 @@ def from_answers(service: str, source: str, answers: dict[str, Answer]) -> Snaps
     return Snapshot(service, source, now, cases)
 
 
+def merge_into(previous: Snapshot | None, new: Snapshot) -> tuple[Snapshot, list[str]]:
+    """``new`` laid over ``previous``: a case answered now replaces its earlier answer, and an earlier case that was
+    not answered now (not selected, or no HTTP answer) is kept. Returns the merged snapshot and the kept case ids.
+
+    A kept case carries the ``source`` and ``recorded_at`` of the file it came from (unless it has its own), since
+    the file's now say where the new answers came from.
+    """
+    if previous is None:
+        return new, []
+    kept = [cid for cid in previous.cases if cid not in new.cases]
+    cases: dict[str, dict[str, Any]] = {}
+    for cid in kept:
+        case = dict(previous.cases[cid])
+        case.setdefault("source", previous.source)
+        case.setdefault("recorded_at", previous.recorded_at)
+        cases[cid] = case
+    cases.update(new.cases)
+    return Snapshot(new.service, new.source, new.recorded_at, cases), kept
+
+
 def write_snapshot(directory: Path, snapshot: Snapshot) -> Path:
+    """Write ``DIR/<service>.json`` whole or not at all (a temp file renamed over it)."""
     directory.mkdir(parents=True, exist_ok=True)
     path = snapshot_path(directory, snapshot.service)
-    path.write_text(json.dumps(snapshot.to_dict(), indent=1, ensure_ascii=False, sort_keys=False) + "\n")
+    partial = path.with_name(path.name + ".partial")
+    try:
+        partial.write_text(json.dumps(snapshot.to_dict(), indent=1, ensure_ascii=False, sort_keys=False) + "\n")
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
     return path
 
 

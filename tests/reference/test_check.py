@@ -117,3 +117,48 @@ def test_bad_input_exits_2_with_a_message(
     assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def _snapshot(path: Path, cases: dict[str, object], source: str = "the real server") -> None:
+    path.write_text(
+        json.dumps({"service": "sandbox-fusion", "source": source, "recorded_at": "2026-01-02", "cases": cases})
+    )
+
+
+def test_recording_a_down_service_leaves_the_snapshot_untouched(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "sandbox-fusion.json"
+    _snapshot(path, {"01_print": {"status": 200, "body": {"status": "Success"}}})
+    before = path.read_bytes()
+    assert main(["record", "--target", "http://127.0.0.1:9", "--cases", "01_*", "02_*", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "01_print: no answer (ConnectError" in err and "recorded none of 2 sandbox-fusion cases" in err
+    assert f"{path} is untouched" in err
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["sandbox-fusion.json"]
+
+
+def test_recording_some_cases_keeps_the_others(
+    reference_emulator: EmulatorServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "sandbox-fusion.json"
+    earlier = {"status": 200, "body": {"run_result": {"stdout": "from before\n"}}}
+    _snapshot(path, {"01_print": {"status": 500}, "03_exception": earlier})
+    assert main(["record", "--target", reference_emulator.url, "--cases", "01_*", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "recorded 1 of 1 sandbox-fusion cases" in out and "kept the earlier answers of 1 cases" in out
+    merged = json.loads(path.read_text())
+    assert merged["source"] == reference_emulator.url
+    assert merged["cases"]["01_print"]["status"] == 200  # replaced by the answer got now
+    assert merged["cases"]["01_print"]["body"]["run_result"]["stdout"] == "2\n"
+    assert "recorded_at" not in merged["cases"]["01_print"]  # the file's own
+    kept = merged["cases"]["03_exception"]
+    assert kept == {**earlier, "source": "the real server", "recorded_at": "2026-01-02"}
+
+
+def test_an_unreadable_snapshot_is_not_overwritten(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "sandbox-fusion.json"
+    path.write_text("{not json")
+    assert main(["record", "--target", "http://127.0.0.1:9", "--cases", "01_*", "--out", str(tmp_path)]) == 2
+    assert "cannot read the snapshot" in capsys.readouterr().err
+    assert path.read_text() == "{not json"
