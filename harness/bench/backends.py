@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import os
 import platform
@@ -37,6 +38,7 @@ from harness.bench import machine
 from harness.bench.drivers import SCENARIOS, Backend, Scenario
 from harness.bench.machine import MachineSpeed
 from harness.bench.stats import LevelResult, PoolTimings, write_csv, write_summary
+from harness.outputs import dir_problem
 from harness.urls import url_problem
 
 EMULATOR_BACKENDS = ("emulator-sf-fast", "emulator-sf-faithful", "emulator-daytona-fast")
@@ -73,6 +75,8 @@ class BackendRun:
     backend: str
     levels: tuple[LevelResult, ...]
     pool: PoolTimings
+    #: Whether its results.csv and summary.json were written.
+    written: bool = True
 
 
 # ---------------------------------------------------------------------------------------------------- measuring
@@ -273,9 +277,13 @@ def run(options: BenchOptions, progress: Callable[[str], None] = lambda line: No
 
         result = asyncio.run(go())
         directory = options.out / name
-        directory.mkdir(parents=True, exist_ok=True)
-        write_csv(directory / "results.csv", result.levels)
-        write_summary(directory / "summary.json", _header(name, options, speed), result.levels, result.pool)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            write_csv(directory / "results.csv", result.levels)
+            write_summary(directory / "summary.json", _header(name, options, speed), result.levels, result.pool)
+        except OSError as exc:  # the run goes on: its figures are in the table at the end
+            progress(f"{name}: cannot write {directory}: {exc.strerror or exc}; its figures are in the table only")
+            result = dataclasses.replace(result, written=False)
         runs.append(result)
     return runs
 
@@ -404,6 +412,9 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         options = parse_options(args)
+        problem = dir_problem(options.out, "--out")  # found out before measuring, not after
+        if problem:
+            raise BenchError(problem)
         with ExitStack() as stack:
             stack.enter_context(_sigterm_as_interrupt())
             runs = run(options, say)
@@ -421,9 +432,14 @@ def main(args: argparse.Namespace) -> int:
             plot_throughput(options.out / "throughput.png", {r.backend: r.levels for r in runs})
         except ImportError:
             say("no plot: matplotlib is missing (pip install 'sandbox-emulator[bench]')")
+        except OSError as exc:
+            say(f"no plot: cannot write {options.out / 'throughput.png'}: {exc.strerror or exc}")
         else:
             say(f"plot: {options.out / 'throughput.png'}")
     say(f"results: {options.out}/<backend>/results.csv and summary.json")
+    if not all(r.written for r in runs):
+        say("sandbox-emulator bench: some results could not be written (see above)")
+        return 2
     return 0 if all(level.failure_count == 0 for r in runs for level in r.levels) else 1
 
 

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from harness.bench.throughput import _descendants, _free_port, _vm_hwm_kb, _wait_healthy
+from harness.outputs import file_problem, write_text
 
 KEY = "bench-key"
 
@@ -70,6 +71,10 @@ def main(args: argparse.Namespace) -> int:
         if value < 1:
             print(f"sandbox-emulator bench-daytona: {flag} must be 1 or more, got {value}", file=sys.stderr)
             return 2
+    problem = file_problem(args.json, "--json") if args.json else None
+    if problem:
+        print(f"sandbox-emulator bench-daytona: {problem}", file=sys.stderr)
+        return 2
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "harness.cli", "serve", "--port", str(port), "--daytona-api-key", KEY]
@@ -87,6 +92,8 @@ def main(args: argparse.Namespace) -> int:
     for key, value in figures.items():
         print(f"{key:28s} {value:.1f}" if isinstance(value, float) else f"{key:28s} {value}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(figures, f, indent=2, sort_keys=True)
+        problem = write_text(args.json, json.dumps(figures, indent=2, sort_keys=True) + "\n", "--json")
+        if problem:
+            print(f"sandbox-emulator bench-daytona: {problem}", file=sys.stderr)
+            return 2
     return 0

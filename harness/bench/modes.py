@@ -110,8 +110,13 @@ def markdown_table(rows: Sequence[ModeRow]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    from harness.outputs import file_problem, write_text
     from harness.rollout.job import RolloutError
 
+    problem = file_problem(args.json, "--json") if args.json else None
+    if problem:
+        print(f"sandbox-emulator bench-modes: {problem}", file=sys.stderr)
+        return 2
     try:
         rows = compare_modes(
             trajectories=args.trajectories,
@@ -125,7 +130,10 @@ def main(args: argparse.Namespace) -> int:
     print(markdown_table(rows))
     if args.json:
         data = [{**row.__dict__, "speedup": row.speedup} for row in rows]
-        Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
+        problem = write_text(args.json, json.dumps(data, indent=2) + "\n", "--json")
+        if problem:
+            print(f"sandbox-emulator bench-modes: {problem}", file=sys.stderr)
+            return 2
     return 0
 
 

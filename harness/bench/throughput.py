@@ -228,8 +228,9 @@ def main(args: argparse.Namespace) -> int:
         return 2
     temp_root = getattr(args, "temp_root", None)
     from harness.cli import check_temp_root
+    from harness.outputs import file_problem, write_text
 
-    problem = check_temp_root(temp_root)
+    problem = check_temp_root(temp_root) or (file_problem(args.json, "--json") if args.json else None)
     if problem:
         print(f"sandbox-emulator bench-throughput: {problem}", file=sys.stderr)
         return 2
@@ -261,14 +262,13 @@ def main(args: argparse.Namespace) -> int:
         if ("fast", level) in by and ("faithful", level) in by and by[("faithful", level)] > 0:
             print(f"fast/faithful at concurrency {level}: {by[('fast', level)] / by[('faithful', level)]:.1f}x")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "levels": [asdict(r) | {"per_second": r.per_second} for r in all_results],
-                    "memory": memory,
-                    "machine_speed": speed.as_dict() if speed is not None else None,
-                },
-                f,
-                indent=2,
-            )
+        figures = {
+            "levels": [asdict(r) | {"per_second": r.per_second} for r in all_results],
+            "memory": memory,
+            "machine_speed": speed.as_dict() if speed is not None else None,
+        }
+        problem = write_text(args.json, json.dumps(figures, indent=2) + "\n", "--json")
+        if problem:
+            print(f"sandbox-emulator bench-throughput: {problem}", file=sys.stderr)
+            return 2
     return 0 if all(r.errors == 0 for r in all_results) else 1

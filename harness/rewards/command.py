@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from harness.rewards.grpo import DEFAULT_TASKS, GRPOSettings
@@ -98,8 +97,11 @@ def _options(args: argparse.Namespace) -> GRPOJobOptions:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.json and not Path(args.json).resolve().parent.is_dir():  # found out before training, not after
-        print(f"error: --json {args.json}: no such directory", file=sys.stderr)
+    from harness.outputs import file_problem, write_text
+
+    problem = file_problem(args.json, "--json") if args.json else None
+    if problem:  # found out before training, not after
+        print(f"error: {problem}", file=sys.stderr)
         return 2
 
     def progress(step: int, steps: int, logs: dict[str, Any]) -> None:
@@ -115,10 +117,9 @@ def run(args: argparse.Namespace) -> int:
         return 130
     print("\n".join(summary_lines(result)))
     if args.json:
-        try:
-            Path(args.json).write_text(json.dumps(result_json(result), indent=2, default=str) + "\n")
-        except OSError as exc:  # the summary above is already out; say why the file is not
-            print(f"error: cannot write --json {args.json}: {exc.strerror or exc}", file=sys.stderr)
+        problem = write_text(args.json, json.dumps(result_json(result), indent=2, default=str) + "\n", "--json")
+        if problem:  # the summary above is already out; say why the file is not
+            print(f"error: {problem}", file=sys.stderr)
             return 2
     return 0 if result.ok else 1
 

@@ -106,8 +106,13 @@ def _options(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.outputs import dir_problem, file_problem, write_text
     from harness.rollout.job import RolloutError, run_rollout
 
+    problem = dir_problem(args.out, "--out") or (file_problem(args.json, "--json") if args.json else None)
+    if problem:  # found out before the rollout, not after
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     try:
         options = _options(args)
         result = run_rollout(options, progress=None if args.quiet else ProgressBar())
@@ -123,7 +128,10 @@ def run(args: argparse.Namespace) -> int:
         for line in report.shown_lines(10):
             print("  " + line)
     if args.json:
-        Path(args.json).write_text(json.dumps(result_json(result, report.ok), indent=2) + "\n")
+        problem = write_text(args.json, json.dumps(result_json(result, report.ok), indent=2) + "\n", "--json")
+        if problem:  # the summary above is already out; say why the file is not
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
     return 0 if report.ok and not result.errors else 1
 
 

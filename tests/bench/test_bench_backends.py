@@ -269,3 +269,17 @@ def test_a_machine_speed_probe_that_fails_costs_only_its_figures(
     rows, summary = _read_run(tmp_path, "local-subprocess")
     assert summary["machine_speed"] is None and rows[0]["success_count"] == "1"
     assert "local-subprocess: the machine-speed probe did not run: no fork here" in capsys.readouterr().err
+
+
+def test_results_that_cannot_be_written_are_still_in_the_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "local-subprocess").write_text("in the way\n")  # where the backend's directory would go
+    argv = ["bench", "--backends", "local-subprocess", "--concurrency", "1", "--warmups", "0", "--iterations", "1"]
+    argv += ["--scenarios", "simple_stdout", "--out", str(tmp_path), "--no-plot"]
+    assert cli_main(argv) == 2
+    captured = capsys.readouterr()
+    assert f"local-subprocess: cannot write {tmp_path / 'local-subprocess'}" in captured.err
+    assert "some results could not be written" in captured.err and "Traceback" not in captured.err
+    assert "local-subprocess       simple_stdout" in captured.out  # the figures are not lost
+    assert (tmp_path / "local-subprocess").read_text() == "in the way\n"
