@@ -219,6 +219,14 @@ def main(args: argparse.Namespace) -> int:
     services = list(SERVICES) if service == "all" else [service]
     try:
         registry = load_registry(args.registry)
+        if args.cases:
+            suite = load_suite(args.suite)
+            if not any(select(suite[name], args.cases) for name in services):
+                print(
+                    f"sandbox-emulator check-reference: no {' or '.join(services)} case matches --cases",
+                    file=sys.stderr,
+                )
+                return 2
         with contextlib.ExitStack() as stack:
             if args.reference_url:
                 targets = {service: Target(service, args.reference_url.rstrip("/"), args.api_key)}

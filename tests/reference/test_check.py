@@ -108,6 +108,8 @@ def test_unreachable_live_service_fails(capsys: pytest.CaptureFixture[str]) -> N
         (["check-reference", "--reference-url", "https://", "--service", "daytona"], "not an http(s) URL with a host"),
         (["record", "--target", "localhost:8080", "--out", "{tmp}"], "--target: 'localhost:8080' is not"),
         (["record", "--target", "http://x", "--cases", "nope", "--out", "{tmp}"], "no case matches"),
+        (["check-reference", "--cases", "nope"], "no sandbox-fusion or daytona case matches --cases"),
+        (["check-reference", "--service", "daytona", "--cases", "01_*"], "no daytona case matches --cases"),
     ],
 )
 def test_bad_input_exits_2_with_a_message(
