@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from harness.reference.suite import SERVICES, Target
-from harness.urls import url_problem
+from harness.urls import unreachable, url_problem
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -48,7 +48,7 @@ def _option(config: pytest.Config, name: str, default: Any = None) -> Any:
 
 def pytest_configure(config: pytest.Config) -> None:
     url = _option(config, "reference_url")
-    problem = url_problem(str(url)) if url else None
+    problem = (url_problem(str(url)) or unreachable(str(url))) if url else None
     if problem is not None:  # said once, not as a connection error in every test
         raise pytest.UsageError(f"--reference-url: {problem}")
 

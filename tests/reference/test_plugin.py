@@ -3,6 +3,7 @@ for one) instead of the plugin's own emulator."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -43,23 +44,29 @@ def test_a_bad_reference_url_is_a_usage_error(pytester: pytest.Pytester) -> None
     result.stderr.fnmatch_lines(["*--reference-url: 'sandbox:8080' is not an http(s) URL with a host*"])
 
 
+def test_a_reference_url_nothing_answers_is_one_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_never_runs(reference_sandbox_fusion_url):\n    raise AssertionError\n")
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    result = pytester.runpytest_inprocess("-p", "harness.reference.plugin", "--reference-url", url)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--reference-url: cannot connect to 127.0.0.1:{port}: Connection refused*"])
+
+
 def test_daytona_service_option(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(
-        """
-        def test_target(reference_daytona):
-            assert (reference_daytona.url, reference_daytona.api_key) == ("http://d.example/api", "k1")
-        """
-    )
-    result = pytester.runpytest_inprocess(
-        "-p",
-        "harness.reference.plugin",
-        "--reference-url",
-        "http://d.example/api",
-        "--reference-service",
-        "daytona",
-        "--reference-api-key",
-        "k1",
-    )
+    with socket.create_server(("127.0.0.1", 0)) as listening:  # the plugin only connects to it, up front
+        url = f"http://127.0.0.1:{listening.getsockname()[1]}/api"
+        pytester.makepyfile(
+            f"""
+            def test_target(reference_daytona):
+                assert (reference_daytona.url, reference_daytona.api_key) == ("{url}", "k1")
+            """
+        )
+        result = pytester.runpytest_inprocess(
+            "-p", "harness.reference.plugin", "--reference-url", url, "--reference-service", "daytona",
+            "--reference-api-key", "k1",
+        )  # fmt: skip
     result.assert_outcomes(passed=1)
 
 
