@@ -31,7 +31,7 @@ from harness.reference.suite import (
     run_suite,
     select,
 )
-from harness.urls import url_problem
+from harness.urls import unreachable, url_problem
 
 OK, REGISTERED, FAILED, NO_ANSWER, UNRECORDED = "ok", "registered", "failed", "no-answer", "unrecorded"
 
@@ -211,7 +211,7 @@ def main(args: argparse.Namespace) -> int:
     if args.reference_url and args.service == "all":
         print("sandbox-emulator check-reference: --reference-url needs one --service", file=sys.stderr)
         return 2
-    problem = url_problem(args.reference_url) if args.reference_url else None
+    problem = (url_problem(args.reference_url) or unreachable(args.reference_url)) if args.reference_url else None
     if problem is not None:
         print(f"sandbox-emulator check-reference: --reference-url: {problem}", file=sys.stderr)
         return 2

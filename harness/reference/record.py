@@ -5,7 +5,8 @@ The answers are merged into the snapshot already in the directory, if any: a cas
 answer, every other earlier case is kept, and when no case gets an answer the file is left as it was.
 
 Exit status: 0 when every case got an HTTP answer, 1 when some did not (the others are still stored), 2 on bad
-input (including a snapshot already there that cannot be read: it is not overwritten).
+input (including a snapshot already there that cannot be read: it is not overwritten) or a target where nothing
+accepts a connection.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from harness.reference.snapshots import (
     write_snapshot,
 )
 from harness.reference.suite import SERVICES, SuiteError, Target, load_suite, run_suite, select
-from harness.urls import url_problem
+from harness.urls import unreachable, url_problem
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,11 @@ def main(args: argparse.Namespace) -> int:
         cases = select(load_suite(args.suite)[args.service], args.cases)
         if not cases:
             print("sandbox-emulator record: no case matches --cases", file=sys.stderr)
+            return 2
+        read_snapshot(args.out, args.service)  # one that cannot be read is said now, and never overwritten
+        problem = unreachable(args.target)
+        if problem is not None:
+            print(f"sandbox-emulator record: --target: {problem}; nothing recorded", file=sys.stderr)
             return 2
         done = record(target, args.out, args.suite, args.cases)
     except (SuiteError, SnapshotError) as exc:

@@ -92,9 +92,14 @@ def test_reference_url_checks_a_live_service(reference_emulator: EmulatorServer)
     assert main(["check-reference", "--reference-url", url, "--service", "daytona", "--api-key", key]) == 0
 
 
-def test_unreachable_live_service_fails(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["check-reference", "--reference-url", "http://127.0.0.1:9", "--cases", "01_*"]) == 1
-    assert "FAIL 01_print: no answer (ConnectError" in capsys.readouterr().out
+def test_unreachable_live_service_is_one_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check-reference", "--reference-url", "http://127.0.0.1:9", "--cases", "01_*"]) == 2
+    assert "--reference-url: cannot connect to 127.0.0.1:9: Connection refused" in capsys.readouterr().err
+
+
+def test_a_live_service_that_does_not_answer_fails(closing_server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check-reference", "--reference-url", closing_server, "--cases", "01_*"]) == 1
+    assert "FAIL 01_print: no answer (" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -133,9 +138,21 @@ def test_recording_a_down_service_leaves_the_snapshot_untouched(
     path = tmp_path / "sandbox-fusion.json"
     _snapshot(path, {"01_print": {"status": 200, "body": {"status": "Success"}}})
     before = path.read_bytes()
-    assert main(["record", "--target", "http://127.0.0.1:9", "--cases", "01_*", "02_*", "--out", str(tmp_path)]) == 1
+    assert main(["record", "--target", "http://127.0.0.1:9", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert "01_print: no answer (ConnectError" in err and "recorded none of 2 sandbox-fusion cases" in err
+    assert "--target: cannot connect to 127.0.0.1:9: Connection refused; nothing recorded" in err
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["sandbox-fusion.json"]
+
+
+def test_recording_a_service_that_never_answers_leaves_the_snapshot_untouched(
+    closing_server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "sandbox-fusion.json"
+    _snapshot(path, {"01_print": {"status": 200, "body": {"status": "Success"}}})
+    before = path.read_bytes()
+    assert main(["record", "--target", closing_server, "--cases", "01_*", "02_*", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "01_print: no answer (" in err and "recorded none of 2 sandbox-fusion cases" in err
     assert f"{path} is untouched" in err
     assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["sandbox-fusion.json"]
 
