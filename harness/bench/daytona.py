@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any
 
+from harness.bench.machine import MachineSpeed, ProbeError, measure
 from harness.bench.throughput import _descendants, _free_port, _vm_hwm_kb, _wait_healthy
 from harness.outputs import file_problem, write_text
 
@@ -75,6 +76,11 @@ def main(args: argparse.Namespace) -> int:
     if problem:
         print(f"sandbox-emulator bench-daytona: {problem}", file=sys.stderr)
         return 2
+    try:
+        speed: MachineSpeed | None = measure()
+    except ProbeError as exc:
+        speed = None
+        print(f"sandbox-emulator bench-daytona: {exc}", file=sys.stderr)
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "harness.cli", "serve", "--port", str(port), "--daytona-api-key", KEY]
@@ -89,6 +95,9 @@ def main(args: argparse.Namespace) -> int:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+    if speed is not None:
+        figures["machine_python_loop_ns"] = speed.python_loop_ns
+        figures["machine_fork_exit_ms"] = speed.fork_exit_ms
     for key, value in figures.items():
         print(f"{key:28s} {value:.1f}" if isinstance(value, float) else f"{key:28s} {value}")
     if args.json:

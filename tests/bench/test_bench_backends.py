@@ -181,6 +181,28 @@ def test_bench_daytona_needs_one_sandbox_and_one_round(args: list[str], capsys: 
     assert f"{args[0]} must be 1 or more, got {args[1]}" in err and "Traceback" not in err
 
 
+def test_bench_daytona_runs_end_to_end_with_the_machine_speed(tmp_path: Path) -> None:
+    out = tmp_path / "figures.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "bench-daytona",
+        "--sandboxes",
+        "2",
+        "--rounds",
+        "1",
+        "--json",
+        str(out),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(out.read_text())
+    assert figures["machine_python_loop_ns"] > 0 and figures["machine_fork_exit_ms"] > 0
+    assert figures["child_processes"] >= 2  # each sandbox's interpreter, alive when counted
+    assert "machine_fork_exit_ms" in done.stdout
+
+
 def test_daytona_url_needs_a_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
