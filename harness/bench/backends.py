@@ -77,6 +77,8 @@ class BackendRun:
     pool: PoolTimings
     #: Whether its results.csv and summary.json were written.
     written: bool = True
+    #: The machine's speed just before it ran (None when the probe failed).
+    machine_speed: MachineSpeed | None = None
 
 
 # ---------------------------------------------------------------------------------------------------- measuring
@@ -275,7 +277,7 @@ def run(options: BenchOptions, progress: Callable[[str], None] = lambda line: No
             with open_backend(name, options) as backend:
                 return await run_backend(backend, options, progress)
 
-        result = asyncio.run(go())
+        result = dataclasses.replace(asyncio.run(go()), machine_speed=speed)
         directory = options.out / name
         try:
             directory.mkdir(parents=True, exist_ok=True)
@@ -286,6 +288,21 @@ def run(options: BenchOptions, progress: Callable[[str], None] = lambda line: No
             result = dataclasses.replace(result, written=False)
         runs.append(result)
     return runs
+
+
+def speed_title(runs: Sequence[BackendRun]) -> str:
+    """The plot's title: the range of the machine's speed over the backends' runs, so a shared plot carries it."""
+    speeds = [r.machine_speed for r in runs if r.machine_speed is not None]
+    if not speeds:
+        return ""
+
+    def span(values: list[float], digits: int) -> str:
+        low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+        return low if low == high else f"{low} to {high}"
+
+    loop = span([s.python_loop_ns for s in speeds], 0)
+    fork = span([s.fork_exit_ms for s in speeds], 2)
+    return f"{os.cpu_count()} cores; a pure-Python loop at {loop} ns per iteration, fork plus exit {fork} ms"
 
 
 def table(runs: Sequence[BackendRun], latency: float | None = None) -> str:
@@ -429,7 +446,8 @@ def main(args: argparse.Namespace) -> int:
         from harness.bench.plot import plot_throughput
 
         try:
-            plot_throughput(options.out / "throughput.png", {r.backend: r.levels for r in runs})
+            levels = {r.backend: r.levels for r in runs}
+            plot_throughput(options.out / "throughput.png", levels, speed_title(runs))
         except ImportError:
             say("no plot: matplotlib is missing (pip install 'sandbox-emulator[bench]')")
         except OSError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -38,8 +39,8 @@ def plot_throughput(path: Path, runs: Mapping[str, Sequence[LevelResult]], title
         ax.set_title(scenario)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, loc="best")
-    if title:
-        fig.suptitle(title)
+    if title:  # wrapped to the figure's width (about 75 characters per panel at this size)
+        fig.suptitle(textwrap.fill(title, 75 * len(scenarios)), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -305,3 +305,19 @@ def test_results_that_cannot_be_written_are_still_in_the_table(
     assert "some results could not be written" in captured.err and "Traceback" not in captured.err
     assert "local-subprocess       simple_stdout" in captured.out  # the figures are not lost
     assert (tmp_path / "local-subprocess").read_text() == "in the way\n"
+
+
+def test_the_plot_title_gives_the_range_of_the_machine_speed() -> None:
+    from harness.bench.backends import BackendRun, speed_title
+    from harness.bench.machine import MachineSpeed
+
+    pool = PoolTimings((), 0.0)
+
+    def run(speed: MachineSpeed | None) -> BackendRun:
+        return BackendRun("b", (), pool, machine_speed=speed)
+
+    assert speed_title([run(None)]) == ""
+    one = speed_title([run(MachineSpeed(98.4, 0.451)), run(None)])
+    assert one.endswith("cores; a pure-Python loop at 98 ns per iteration, fork plus exit 0.45 ms")
+    two = speed_title([run(MachineSpeed(98.4, 0.451)), run(MachineSpeed(102.0, 0.72))])
+    assert two.endswith("loop at 98 to 102 ns per iteration, fork plus exit 0.45 to 0.72 ms")
