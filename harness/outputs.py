@@ -60,19 +60,24 @@ def file_problem(raw: str | os.PathLike[str], flag: str) -> str | None:
     return None if problem is None else f"{flag} {str(path)!r}: cannot write there: {problem}"
 
 
-def write_text(raw: str | os.PathLike[str], text: str, flag: str) -> str | None:
-    """Write ``text`` to ``raw`` whole (a temp file renamed over it); the error to report, or None when written."""
+def write_whole(raw: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``raw`` whole or not at all: a temp file beside it, renamed over it. Raises OSError."""
     path = Path(raw)
+    fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        try:
-            with os.fdopen(fd, "w") as handle:
-                handle.write(text)
-            os.chmod(partial, 0o666 & ~_umask())
-            os.replace(partial, path)
-        except BaseException:
-            os.unlink(partial)
-            raise
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(partial, 0o666 & ~_umask())
+        os.replace(partial, path)
+    except BaseException:
+        os.unlink(partial)
+        raise
+
+
+def write_text(raw: str | os.PathLike[str], text: str, flag: str) -> str | None:
+    """:func:`write_whole` for a command's output option: the error to report, or None when written."""
+    try:
+        write_whole(raw, text)
     except OSError as exc:
-        return f"cannot write {flag} {str(path)!r}: {_reason(exc)}"
+        return f"cannot write {flag} {str(raw)!r}: {_reason(exc)}"
     return None

@@ -8,12 +8,12 @@ no bodies).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from harness.outputs import write_whole
 from harness.reference.suite import Answer
 
 
@@ -69,12 +69,7 @@ def write_snapshot(directory: Path, snapshot: Snapshot) -> Path:
     """Write ``DIR/<service>.json`` whole or not at all (a temp file renamed over it)."""
     directory.mkdir(parents=True, exist_ok=True)
     path = snapshot_path(directory, snapshot.service)
-    partial = path.with_name(path.name + ".partial")
-    try:
-        partial.write_text(json.dumps(snapshot.to_dict(), indent=1, ensure_ascii=False, sort_keys=False) + "\n")
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
+    write_whole(path, json.dumps(snapshot.to_dict(), indent=1, ensure_ascii=False, sort_keys=False) + "\n")
     return path
 
 
