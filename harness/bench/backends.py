@@ -392,8 +392,6 @@ def parse_options(args: argparse.Namespace) -> BenchOptions:
     if not backends:
         raise BenchError("no backend to run")
     out = Path(args.out) if args.out else Path("bench-results") / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    if out.exists() and not out.is_dir():
-        raise BenchError(f"--out {str(out)!r} exists and is not a directory")
     return BenchOptions(
         backends=backends,
         scenarios=scenarios,
