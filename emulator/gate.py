@@ -21,6 +21,7 @@ from starlette.websockets import WebSocket
 from emulator import transport
 from emulator.executor import start_gate
 from emulator.faults import Decision, FaultAction, FaultEngine, RealClock
+from emulator.faults.bodies import with_request_fields
 from emulator.journal import Journal, JournalEntry
 
 #: Header a client (or a test) may send to name the logical request, instead of the body hash.
@@ -81,12 +82,14 @@ class TruncatedResponse(Response):
         transport.write_then_close(dict(scope), head + self._full[: self._keep])
 
 
-def _action_response(action: FaultAction, extra_headers: dict[str, str]) -> Response:
+def _action_response(action: FaultAction, extra_headers: dict[str, str], where: tuple[str, str, str]) -> Response:
+    """The answer of a fault that does not run the request; ``where`` is (route, path, method) of the request."""
     headers = action.header_dict()
     media = headers.pop("Content-Type", None) or headers.pop("content-type", None) or "application/json"
     headers.update(extra_headers)
-    body = (action.body or "").encode()
-    return Response(body, status_code=action.status or 500, headers=headers, media_type=media)
+    status = action.status or 500
+    body = with_request_fields(action.body or "", status, *where).encode()
+    return Response(body, status_code=status, headers=headers, media_type=media)
 
 
 class FaultGate:
@@ -120,7 +123,8 @@ class FaultGate:
             entry.detail["rule"] = decision.rule_id or decision.limit
         token = _CURRENT_ENTRY.set(entry)
         try:
-            response, outcome = await self._answer(decision, body, handler, ready_in_latency, arrived)
+            where = (route, request.scope["path"], request.method)
+            response, outcome = await self._answer(decision, body, handler, where, ready_in_latency, arrived)
         except Exception:
             self.journal.end(entry, 500, "error")
             raise
@@ -178,7 +182,7 @@ class FaultGate:
             else:
                 if decision.latency > 0:
                     await self.engine.clock.sleep(decision.latency)
-                status, outcome = await self._ws_fault(websocket, decision, action)
+                status, outcome = await self._ws_fault(websocket, decision, action, route)
         except Exception:
             self.journal.end(entry, 500, "error")
             raise
@@ -190,7 +194,9 @@ class FaultGate:
             self.engine.release(decision)
         self.journal.end(entry, status, outcome)
 
-    async def _ws_fault(self, websocket: WebSocket, decision: Decision, action: FaultAction) -> tuple[int | None, str]:
+    async def _ws_fault(
+        self, websocket: WebSocket, decision: Decision, action: FaultAction, route: str
+    ) -> tuple[int | None, str]:
         """A fault on a WebSocket route: (the handshake's status, None for a reset; the journal's outcome)."""
         if action.kind == "hang":
             await websocket.accept()
@@ -204,7 +210,7 @@ class FaultGate:
             await websocket.accept()
             await websocket.close(WS_TIMEOUT_CLOSE, "execution timeout")
             return 101, "fault"
-        response = _action_response(action, dict(decision.limit_headers))
+        response = _action_response(action, dict(decision.limit_headers), (route, websocket.url.path, "GET"))
         await websocket.send_denial_response(response)
         return response.status_code, "limited" if action.kind == "limited" else "fault"
 
@@ -222,6 +228,7 @@ class FaultGate:
         decision: Decision,
         body: bytes,
         handler: Handler,
+        where: tuple[str, str, str],
         ready_in_latency: bool = False,
         arrived: float | None = None,
     ) -> tuple[Response, str]:
@@ -252,7 +259,7 @@ class FaultGate:
             await self.engine.clock.sleep(action.hang_seconds)
             if action.then_reset:
                 return ResetResponse(), "reset"
-            return _action_response(action, {}), "fault"
+            return _action_response(action, {}, where), "fault"
         if action.kind == "reset":
             return ResetResponse(), "reset"
         if action.kind == "truncate":
@@ -264,7 +271,7 @@ class FaultGate:
             headers = action.header_dict()
             return TruncatedResponse(status, full, action.keep_fraction, headers), "fault"
         # status, limited, malformed, sandbox_error: answered without running anything
-        return _action_response(action, {}), "limited" if action.kind == "limited" else "fault"
+        return _action_response(action, {}, where), "limited" if action.kind == "limited" else "fault"
 
 
 def _json(payload: dict[str, Any], status: int) -> Response:

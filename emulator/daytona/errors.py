@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 from http import HTTPStatus
 from typing import Any
 
 from starlette.responses import Response
 
-
-def now_iso() -> str:
-    """ISO 8601 UTC with milliseconds and ``Z``, as JavaScript's ``toISOString``."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+from emulator.faults.bodies import now_iso
 
 
 def reason(status: int) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import now_iso
+from emulator.faults.bodies import now_iso
 
 _DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "interp_driver.py")
 _SENTINEL = "\x00\x1edaytona-emulator-end:{}\x1e\x00"

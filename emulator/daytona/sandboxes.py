@@ -17,8 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from emulator.faults.bodies import now_iso
+
 from .config import DaytonaConfig
-from .errors import ApiError, now_iso
+from .errors import ApiError
 
 CODE_LANGUAGE_LABEL = "code-toolbox-language"
 DAEMON_VERSION = "0.226.1"

@@ -21,11 +21,12 @@ from starlette.responses import Response
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from emulator.executor import Executor, start_gate
+from emulator.faults.bodies import now_iso
 from emulator.gate import WS_TIMEOUT_CLOSE, FaultGate, current_entry
 from emulator.journal import retry_after_detail
 
 from .config import AUTHENTICATED, SANDBOX_CREATE, SANDBOX_LIFECYCLE, DaytonaConfig
-from .errors import ApiError, api_error, daemon_error, json_response, now_iso
+from .errors import ApiError, api_error, daemon_error, json_response
 from .files import file_info, multipart_body, parse_multipart, read_file, resolve, write_file
 from .interpreter import Context, Interpreters, InterpreterSettings, InterpreterTimeout
 from .report import code_digest
@@ -478,8 +479,7 @@ class DaytonaService:
 
     async def _tb_toolbox_files_folder(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         path = request.query_params.get("path", "")
-        mode = int(request.query_params.get("mode") or "755", 8)
-        os.makedirs(resolve(sandbox, path), mode=mode, exist_ok=True)
+        os.makedirs(resolve(sandbox, path), mode=_folder_mode(request.query_params.get("mode")), exist_ok=True)
         return Response(status_code=201)
 
     async def _tb_info_dispatch(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
@@ -647,3 +647,16 @@ def _in_loop(loop: asyncio.AbstractEventLoop) -> bool:
 
 
 __all__ = ["ROUTES", "DaytonaService"]
+
+
+def _folder_mode(raw: str | None) -> int:
+    """The ``mode`` of a folder creation: octal digits, as the daemon parses it (``ParseUint(mode, 8, 32)``), or 0755.
+
+    Anything else is the daemon's 400, never a server error (Python's ``int(x, 8)`` also takes ``0o``, ``_`` and
+    signs, which the daemon refuses).
+    """
+    if not raw:
+        return 0o755
+    if not raw.isascii() or not raw.isdigit() or "8" in raw or "9" in raw or int(raw, 8) >= 1 << 32:
+        raise ApiError(400, "invalid mode format")
+    return int(raw, 8)

@@ -9,6 +9,7 @@ Bodies are ``str``; the HTTP layer encodes them as UTF-8.
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from http import HTTPStatus
 from typing import Any
 
@@ -20,12 +21,13 @@ __all__ = [
     "MALFORMED_JSON_BODY",
     "SANDBOX_ERROR_MESSAGE",
     "SANDBOX_FUSION_500_BODY",
-    "TRUNCATE_DEFAULT_BODY",
     "daytona_rate_limit_headers",
     "default_status_response",
     "gateway_html",
+    "now_iso",
     "reason_phrase",
     "sandbox_error_body",
+    "with_request_fields",
 ]
 
 JSON_CONTENT_TYPE = "application/json"
@@ -126,27 +128,8 @@ def sandbox_error_body(message: str = SANDBOX_ERROR_MESSAGE, route: str = "sandb
 # or a crashing worker truncates the stream but the status line already went out).
 MALFORMED_JSON_BODY = '{"status": "Success", "message": "", "compile_result": null, "run_result": {"status": "Fini'
 
-# Used by ``truncate`` when no body is given and the HTTP layer has no real body to cut:
-# a complete Sandbox Fusion success reply (recorded shape, sandbox_fusion.md §1.3/§1.5).
-TRUNCATE_DEFAULT_BODY = json.dumps(
-    {
-        "status": "Success",
-        "message": "",
-        "compile_result": None,
-        "run_result": {
-            "status": "Finished",
-            "execution_time": 0.01,
-            "return_code": 0,
-            "stdout": "2\n",
-            "stderr": "",
-        },
-        "executor_pod_name": None,
-        "files": {},
-    }
-)
-
 # Recorded (source-derived): Daytona's NestJS throttler 429 body (daytona.md, "Rate limiting").
-# The real envelope also carries ``path`` and ``timestamp``; the HTTP layer may add them.
+# The real envelope also carries ``path`` and ``timestamp``: the HTTP layer adds them (``with_request_fields``).
 DAYTONA_429_BODY = json.dumps(
     {"statusCode": 429, "message": "ThrottlerException: Too Many Requests", "error": "Too Many Requests"}
 )
@@ -178,7 +161,7 @@ def default_status_response(status: int, route: str) -> tuple[str, dict[str, str
     if route.startswith("daytona.") and status == 429:
         return DAYTONA_429_BODY, {"Content-Type": JSON_CONTENT_TYPE}
     if route.startswith("daytona.") and status >= 400:
-        # Daytona's error envelope (daytona.md, "Real API error envelope"); path/timestamp omitted.
+        # Daytona's error envelope (daytona.md, "Real API error envelope"); the HTTP layer adds path and timestamp.
         body = json.dumps({"statusCode": status, "error": reason_phrase(status), "message": "injected fault"})
         return body, {"Content-Type": JSON_CONTENT_TYPE}
     if status in GATEWAY_STATUSES:
@@ -186,3 +169,27 @@ def default_status_response(status: int, route: str) -> tuple[str, dict[str, str
     if status == 500:
         return SANDBOX_FUSION_500_BODY, {"Content-Type": JSON_CONTENT_TYPE}
     return json.dumps({"detail": reason_phrase(status)}), {"Content-Type": JSON_CONTENT_TYPE}
+
+
+def now_iso() -> str:
+    """ISO 8601 UTC with milliseconds and ``Z``, as JavaScript's ``toISOString`` (Daytona's envelopes)."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def with_request_fields(body: str, status: int, route: str, path: str, method: str) -> str:
+    """A default Daytona fault body completed with what the real envelope says of the request; others unchanged.
+
+    The API's envelope carries ``path`` and ``timestamp``; the daemon's (toolbox and interpreter routes) also
+    ``method`` (daytona.md, "Real API error envelope"). The toolbox client's ``ErrorResponse`` requires ``path`` and
+    ``timestamp``, so without them the SDK cannot parse an injected 4xx/5xx. These fields vary per request, so the
+    engine's decision (replayable, logged) holds the envelope without them and the HTTP layer adds them here. A body
+    the fault plan gives is the plan's and is sent as written.
+    """
+    if not route.startswith("daytona.") or body not in (DAYTONA_429_BODY, default_status_response(status, route)[0]):
+        return body
+    envelope = json.loads(body)
+    envelope["path"] = path
+    envelope["timestamp"] = now_iso()
+    if not route.startswith("daytona.sandbox"):
+        envelope["method"] = method
+    return json.dumps(envelope)

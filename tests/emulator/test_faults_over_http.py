@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import requests
+from sandbox_fusion.models import RunCodeResponse, RunJupyterResponse, RunStatus
 
 from emulator.journal import Journal
 from emulator.server import EmulatorServer
@@ -66,6 +67,16 @@ def test_sandbox_error_has_the_recorded_shape(sandbox_fusion_url: str) -> None:
     assert body["run_result"]["status"] == "Error"
     assert body["run_result"]["stdout"] is None
     assert "the handler is closed" in body["message"]
+    assert RunCodeResponse.parse_obj(body).status == RunStatus.SandboxError  # the published client's model
+
+
+@pytest.mark.faults({"rules": [{"route": "sandbox_fusion.run_jupyter", "fault": "sandbox_error"}]})
+def test_sandbox_error_on_run_jupyter_parses_as_its_response(sandbox_fusion_url: str) -> None:
+    url = sandbox_fusion_url.replace("/run_code", "/run_jupyter")
+    answer = requests.post(url, json={"cells": ["print(1)"]}, timeout=10)
+    assert answer.status_code == 200
+    parsed = RunJupyterResponse.parse_obj(answer.json())
+    assert parsed.status == RunStatus.SandboxError and parsed.cells == [] and "the handler is closed" in parsed.message
 
 
 @pytest.mark.faults(_rule({"hang": {"seconds": 0.3, "then": 504}}))
@@ -158,6 +169,8 @@ def test_null_stdout_runs_the_code_but_hides_stdout(sandbox_fusion_url: str) -> 
     assert body["status"] == "Success"
     assert body["run_result"]["stdout"] is None
     assert body["run_result"]["return_code"] == 0
+    parsed = RunCodeResponse.parse_obj(body)
+    assert parsed.run_result is not None and parsed.run_result.stdout is None
 
 
 @pytest.mark.faults({"limits": [{"name": "cap", "route": RUN_CODE, "max_in_flight": 2}]})

@@ -24,7 +24,7 @@ from daytona_toolbox_api_client.models import (
     UserHomeDirResponse,
     WorkDirResponse,
 )
-from sandbox_fusion.models import RunCodeResponse, RunJupyterResponse, RunStatus
+from sandbox_fusion.models import CommandRunStatus, RunCodeResponse, RunJupyterResponse, RunStatus
 
 from emulator.server import EmulatorServer
 
@@ -70,6 +70,20 @@ def test_run_jupyter_answer_parses(client: httpx.Client) -> None:
     )
     assert answer.status == RunStatus.Success and len(answer.cells) == 3
     assert answer.cells[1].display == [{"text/plain": "42"}]
+
+
+def test_run_code_time_limit_parses(client: httpx.Client) -> None:
+    body = {"code": "import time\ntime.sleep(5)", "language": "python", "run_timeout": 0.3}
+    answer = RunCodeResponse.parse_obj(_json(client.post("/run_code", json=body)))
+    assert answer.status == RunStatus.Failed
+    assert answer.run_result is not None and answer.run_result.status == CommandRunStatus.TimeLimitExceeded
+
+
+def test_run_jupyter_failure_parses(client: httpx.Client) -> None:
+    body = {"cells": ["print(1)", "import os\nos._exit(3)"]}  # the kernel's driver dies: the run failed
+    answer = RunJupyterResponse.parse_obj(_json(client.post("/run_jupyter", json=body)))
+    assert answer.status == RunStatus.Failed and answer.cells == []
+    assert answer.driver is not None and answer.driver.return_code != 0
 
 
 def test_ping_answers(client: httpx.Client) -> None:

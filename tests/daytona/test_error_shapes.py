@@ -1,0 +1,136 @@
+"""Every error body the emulator sends on Daytona's routes, its own and the fault plan's, against the published models.
+
+The toolbox client declares ``ErrorResponse`` (``path`` and ``timestamp`` required) for its 4xx and 5xx answers and
+``UploadFilesResponse`` for a bulk upload's 400; a body that does not parse leaves the SDK an ``ApiException`` without
+data. The control plane's client declares no error model: its envelope is checked against the recorded keys.
+"""
+
+from __future__ import annotations
+
+import http.client
+from datetime import datetime
+
+import httpx
+import pytest
+from daytona_toolbox_api_client import ApiClient
+from daytona_toolbox_api_client.models import ErrorResponse, UploadFilesResponse
+
+from emulator.server import EmulatorServer
+
+API_ENVELOPE = {"path", "timestamp", "statusCode", "error", "message"}
+
+
+@pytest.fixture
+def client(server: EmulatorServer, api_key: str) -> httpx.Client:
+    return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
+
+
+def _error(response: httpx.Response, status: int) -> ErrorResponse:
+    assert response.status_code == status, response.text
+    parsed = ErrorResponse.from_json(response.text)
+    assert parsed is not None and parsed.status_code == status
+    assert parsed.path == response.request.url.path
+    datetime.fromisoformat(parsed.timestamp.replace("Z", "+00:00"))  # a real instant, as JavaScript writes it
+    return parsed
+
+
+def _sandbox(client: httpx.Client) -> str:
+    created = client.post("/api/sandbox", json={})
+    assert created.status_code == 200, created.text
+    return str(created.json()["id"])
+
+
+def test_the_daemons_own_errors_parse(client: httpx.Client) -> None:
+    tb = f"/toolbox/{_sandbox(client)}"
+    missing = _error(client.get(tb + "/files/info", params={"path": "nowhere.txt"}), 404)
+    assert missing.code is not None and missing.code.value == "FILE_NOT_FOUND" and missing.method == "GET"
+    assert client.post(tb + "/files/folder", params={"path": "d"}).status_code == 201
+    _error(client.get(tb + "/files/download", params={"path": "d"}), 400)  # a directory is not a file
+    assert client.post(tb + "/process/session", json={"sessionId": "s"}).status_code == 201
+    _error(client.post(tb + "/process/session", json={"sessionId": "s"}), 409)
+    unauthorized = client.get(tb + "/work-dir", headers={"Authorization": "Bearer wrong"})
+    _error(unauthorized, 401)
+
+
+@pytest.mark.parametrize("mode", ["abc", "0o755", "-1", "789", "7_5_5", "\u0667\u0665\u0665", "77777777777777"])
+def test_a_bad_folder_mode_is_the_daemons_400(client: httpx.Client, mode: str) -> None:
+    tb = f"/toolbox/{_sandbox(client)}"
+    refused = _error(client.post(tb + "/files/folder", params={"path": "d", "mode": mode}), 400)
+    assert refused.message == "invalid mode format" and refused.method == "POST"
+    assert client.post(tb + "/files/folder", params={"path": "d", "mode": "700"}).status_code == 201
+
+
+def test_a_refused_bulk_upload_parses_as_its_400_model(client: httpx.Client) -> None:
+    tb = f"/toolbox/{_sandbox(client)}"
+    refused = client.post(tb + "/files/bulk-upload", files={"files[0].file": ("f.txt", b"abc")})  # no .path
+    assert refused.status_code == 400, refused.text
+    assert UploadFilesResponse.from_json(refused.text) is not None
+
+
+def test_the_answers_typed_as_string_maps_deserialize(client: httpx.Client) -> None:
+    tb = f"/toolbox/{_sandbox(client)}"
+    api = ApiClient()
+    version = client.get(tb + "/version")
+    assert api.deserialize(version.text, "Dict[str, str]", "application/json")["version"]
+    context = client.post(tb + "/process/interpreter/context", json={}).json()["id"]
+    deleted = client.delete(f"{tb}/process/interpreter/context/{context}")
+    assert deleted.status_code == 200
+    assert isinstance(api.deserialize(deleted.text, "Dict[str, str]", "application/json"), dict)
+
+
+@pytest.mark.parametrize("status", [400, 404, 409, 429, 500, 503])
+def test_injected_statuses_on_toolbox_routes_parse(client: httpx.Client, server: EmulatorServer, status: int) -> None:
+    tb = f"/toolbox/{_sandbox(client)}"
+    server.emulator.set_faults({"rules": [{"route": "daytona.toolbox.execute", "fault": status}]})
+    parsed = _error(client.post(tb + "/process/execute", json={"command": "echo a"}), status)
+    assert parsed.method == "POST"
+
+
+def test_a_limits_429_on_a_toolbox_route_parses(client: httpx.Client, server: EmulatorServer) -> None:
+    tb = f"/toolbox/{_sandbox(client)}"
+    limit = {"name": "toolbox", "route": "daytona.toolbox.*", "max_requests": 1, "per": 60, "headers_style": "daytona"}
+    server.emulator.set_faults({"limits": [limit]})
+    assert client.post(tb + "/process/execute", json={"command": "echo a"}).status_code == 200
+    refused = _error(client.post(tb + "/process/execute", json={"command": "echo a"}), 429)
+    assert refused.message == "ThrottlerException: Too Many Requests"
+
+
+def test_a_plans_own_body_is_sent_as_written(client: httpx.Client, server: EmulatorServer) -> None:
+    tb = f"/toolbox/{_sandbox(client)}"
+    fault = {"status": 502, "body": '{"statusCode": 502}'}
+    server.emulator.set_faults({"rules": [{"route": "daytona.toolbox.execute", "fault": fault}]})
+    assert client.post(tb + "/process/execute", json={"command": "echo a"}).text == '{"statusCode": 502}'
+
+
+@pytest.mark.parametrize("status", [404, 429, 503])
+def test_injected_statuses_on_the_control_plane_carry_the_api_envelope(
+    client: httpx.Client, server: EmulatorServer, status: int
+) -> None:
+    server.emulator.set_faults({"rules": [{"route": "daytona.sandbox.create", "fault": status}]})
+    refused = client.post("/api/sandbox", json={})
+    assert refused.status_code == status
+    body = refused.json()
+    assert set(body) == API_ENVELOPE and body["path"] == "/api/sandbox" and body["statusCode"] == status
+
+
+def test_a_refused_interpreter_handshake_parses(server: EmulatorServer, api_key: str, client: httpx.Client) -> None:
+    sid = _sandbox(client)
+    server.emulator.set_faults({"rules": [{"route": "daytona.interpreter.execute", "fault": 503}]})
+    path = f"/toolbox/{sid}/process/interpreter/execute"
+    upgrade = {
+        "Authorization": f"Bearer {api_key}",
+        "Upgrade": "websocket",
+        "Connection": "Upgrade",
+        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        "Sec-WebSocket-Version": "13",
+    }
+    connection = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=30)
+    try:
+        connection.request("GET", path, headers=upgrade)
+        denial = connection.getresponse()
+        status, text = denial.status, denial.read().decode()
+    finally:
+        connection.close()
+    assert status == 503
+    parsed = ErrorResponse.from_json(text)
+    assert parsed is not None and parsed.path == path and parsed.method == "GET"
