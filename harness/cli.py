@@ -10,7 +10,7 @@ import argparse
 import gc
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 
 def _add_runtime_options(parser: argparse.ArgumentParser) -> None:
@@ -206,15 +206,49 @@ def _register_extra(sub: argparse._SubParsersAction[argparse.ArgumentParser], co
     stub.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
     def explain(args: argparse.Namespace) -> int:
-        print(
-            f"sandbox-emulator {command}: needs the [{extra}] extra ({missing} is not installed); install it with: "
-            + ("pip install torch==2.13.0 && " if extra in ("verl", "trl,daytona") else "")
-            + f"pip install 'sandbox-emulator[{extra}]'",
-            file=sys.stderr,
-        )
+        print(_missing_extra(command, extra, missing), file=sys.stderr)
         return 2
 
     stub.set_defaults(func=explain)
+
+
+#: The extra that brings each third-party package a command may import only once it runs (the tools import verl, the
+#: converter pyarrow, bench-daytona the SDK): the top-level module name -> the extra.
+_EXTRA_OF_MODULE = {
+    "verl": "verl",
+    "torch": "verl",
+    "pyarrow": "verl",
+    "daytona": "daytona",
+    "daytona_api_client": "daytona",
+    "daytona_toolbox_api_client": "daytona",
+    "aiohttp": "bench",
+    "matplotlib": "bench",
+    "trl": "trl,daytona",
+    "redis": "redis",
+    "ray": "ray",
+}
+
+
+def _missing_extra(command: str, extra: str, missing: str) -> str:
+    """The one line a command prints when a package of one of our extras is not installed."""
+    return (
+        f"sandbox-emulator {command}: needs the [{extra}] extra ({missing} is not installed); install it with: "
+        + ("pip install torch==2.13.0 && " if extra in ("verl", "trl,daytona") else "")
+        + f"pip install 'sandbox-emulator[{extra}]'"
+    )
+
+
+def _run(command: str, func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run a subcommand; a package it needs that is not installed is that one line and exit 2, not a traceback."""
+    try:
+        return func(args)
+    except ImportError as exc:
+        top = (exc.name or "").split(".")[0]
+        if not top or top in ("harness", "emulator"):
+            raise  # our own module broken: a bug to see, not an extra to install
+        extra = _EXTRA_OF_MODULE.get(top) or _EXTRA_OF.get(command, "verl")
+        print(_missing_extra(command, extra, top), file=sys.stderr)
+        return 2
 
 
 def _bench_daytona(args: argparse.Namespace) -> int:
@@ -228,8 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     wanted = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(wanted)
     args = parser.parse_args(argv)
-    result: int = args.func(args)
-    return result
+    return _run(args.command, args.func, args)
 
 
 if __name__ == "__main__":

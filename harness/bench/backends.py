@@ -11,7 +11,8 @@ Output: ``OUT/<backend>/results.csv`` and ``OUT/<backend>/summary.json`` (one di
 has Daytona's columns exactly), ``OUT/throughput.png``, a progress line per level and a table at the end. For the
 emulator's backends, its own time of each measured call (from its journal, see ``emulator_time``) goes beside the
 calls' latency: the rest is the client's.
-Exit status: 0 when every call succeeded, 1 when some failed, 2 for bad arguments or a backend that cannot run.
+Exit status: 0 when every call succeeded, 1 when some failed, 2 for bad arguments, a missing extra or a backend that
+cannot run, 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -215,20 +216,27 @@ def _progress_line(name: str, level: LevelResult, latency: float | None) -> str:
 def open_backend(name: str, options: BenchOptions) -> Iterator[Backend]:
     """The backend, with its emulator process running for as long as the ``with`` block (Ctrl-C included)."""
     from harness.bench.drivers import DaytonaBackend, LocalSubprocessBackend, SandboxFusionBackend
-    from harness.bench.emulator_process import DAYTONA_KEY, EmulatorProcess, fixed_latency_plan
+    from harness.bench.emulator_process import DAYTONA_KEY, EmulatorProcess, EmulatorStartError, fixed_latency_plan
     from harness.bench.emulator_time import ROUTES, EmulatorJournal
 
     pool = max(options.levels)
     if name in EMULATOR_BACKENDS:
         mode = name.rsplit("-", 1)[1]
         plan = fixed_latency_plan(options.fixed_latency_s) if options.fixed_latency_s is not None else None
-        with EmulatorProcess(mode, plan) as emulator:
+        emulator = EmulatorProcess(mode, plan)
+        try:
+            emulator.start()
+        except EmulatorStartError as exc:
+            raise BenchError(f"{name}: {exc}") from None
+        try:
             if name.startswith("emulator-sf-"):
                 journal = EmulatorJournal(emulator.base_url, ROUTES["sandbox-fusion"])
                 yield SandboxFusionBackend(name, emulator.base_url + "/run_code", pool, journal)
             else:
                 journal = EmulatorJournal(emulator.base_url, ROUTES["daytona"])
                 yield DaytonaBackend(name, emulator.base_url + "/api", DAYTONA_KEY, pool, journal)
+        finally:
+            emulator.stop()
     elif name == "local-subprocess":
         yield LocalSubprocessBackend()
     elif name == "sandbox-fusion":
@@ -266,8 +274,20 @@ def _machine_speed(name: str, progress: Callable[[str], None]) -> MachineSpeed |
     return speed
 
 
+def _load_clients(backends: Sequence[str]) -> None:
+    """Import the tools the backends drive before the first one runs: a missing verl or daytona (an ImportError,
+    which the command line turns into what to install) is then found out before anything is measured."""
+    import importlib
+
+    if any(name != "local-subprocess" for name in backends):
+        importlib.import_module("harness.tools.sandbox_fusion")
+    if any("daytona" in name for name in backends):
+        importlib.import_module("harness.tools.daytona")
+
+
 def run(options: BenchOptions, progress: Callable[[str], None] = lambda line: None) -> list[BackendRun]:
     """Measure every backend in turn (each in its own event loop), writing its files as soon as it is done."""
+    _load_clients(options.backends)
     runs: list[BackendRun] = []
     for name in options.backends:
         speed = _machine_speed(name, progress)

@@ -10,17 +10,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import subprocess
 import sys
 import time
 from typing import Any
 
+from harness.bench.emulator_process import DAYTONA_KEY, EmulatorProcess, EmulatorStartError
 from harness.bench.machine import MachineSpeed, ProbeError, measure
-from harness.bench.throughput import _descendants, _free_port, _vm_hwm_kb, _wait_healthy
+from harness.bench.throughput import _descendants, _vm_hwm_kb
 from harness.outputs import file_problem, write_text
-
-KEY = "bench-key"
 
 
 def _rss_kb(pid: int) -> int:
@@ -38,7 +35,7 @@ async def _run(url: str, count: int, rounds: int, server_pid: int) -> dict[str, 
     from daytona import AsyncDaytona, CreateSandboxFromSnapshotParams, DaytonaConfig
 
     figures: dict[str, Any] = {"sandboxes": count, "rounds": rounds}
-    async with AsyncDaytona(DaytonaConfig(api_url=url + "/api", api_key=KEY)) as daytona:
+    async with AsyncDaytona(DaytonaConfig(api_url=url + "/api", api_key=DAYTONA_KEY)) as daytona:
         t0 = time.perf_counter()
         params = [CreateSandboxFromSnapshotParams(labels={"bench": str(i)}) for i in range(count)]
         sandboxes = await asyncio.gather(*(daytona.create(p, timeout=120) for p in params))
@@ -68,6 +65,8 @@ async def _run(url: str, count: int, rounds: int, server_pid: int) -> dict[str, 
 
 
 def main(args: argparse.Namespace) -> int:
+    import daytona  # noqa: F401  (missing: the command line says which extra to install, before anything runs)
+
     for flag, value in (("--sandboxes", args.sandboxes), ("--rounds", args.rounds)):
         if value < 1:
             print(f"sandbox-emulator bench-daytona: {flag} must be 1 or more, got {value}", file=sys.stderr)
@@ -81,20 +80,13 @@ def main(args: argparse.Namespace) -> int:
     except ProbeError as exc:
         speed = None
         print(f"sandbox-emulator bench-daytona: {exc}", file=sys.stderr)
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "harness.cli", "serve", "--port", str(port), "--daytona-api-key", KEY]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env={**os.environ, "NO_PROXY": "127.0.0.1,localhost"})
     try:
-
-        async def go() -> dict[str, Any]:
-            await _wait_healthy(url, proc)
-            return await _run(url, args.sandboxes, args.rounds, proc.pid)
-
-        figures = asyncio.run(go())
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        with EmulatorProcess() as emulator:
+            assert emulator.pid is not None
+            figures = asyncio.run(_run(emulator.base_url, args.sandboxes, args.rounds, emulator.pid))
+    except EmulatorStartError as exc:
+        print(f"sandbox-emulator bench-daytona: {exc}", file=sys.stderr)
+        return 2
     if speed is not None:
         figures["machine_python_loop_ns"] = speed.python_loop_ns
         figures["machine_fork_exit_ms"] = speed.fork_exit_ms

@@ -13,11 +13,11 @@ import argparse
 import asyncio
 import json
 import os
-import socket
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+
+from harness.bench.emulator_process import EmulatorProcess, EmulatorStartError
 
 PAYLOAD = {"code": "print(2+2)", "language": "python"}
 CLIENTS = ("lean", "aiohttp")
@@ -35,13 +35,6 @@ class LevelResult:
     @property
     def per_second(self) -> float:
         return self.ok / self.seconds if self.seconds > 0 else 0.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _vm_hwm_kb(pid: int) -> int:
@@ -73,24 +66,6 @@ def _descendants(pid: int) -> list[int]:
             found.extend(kids)
             stack.extend(kids)
     return found
-
-
-async def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
-    import aiohttp
-
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"emulator exited with {proc.returncode} before becoming healthy")
-            try:
-                async with session.get(url + "/_emulator/health") as resp:
-                    if resp.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1)  # polling a process we do not control; no event to wait on
-    raise RuntimeError(f"emulator not healthy after {timeout} s")
 
 
 def _answered_four(status: int, body: bytes) -> bool:
@@ -165,44 +140,28 @@ def run_mode(
     temp_root: str | None = None,
     client: str = "lean",
 ) -> tuple[list[LevelResult], dict[str, int]]:
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "harness.cli", "serve", "--port", str(port), "--python-mode", mode]
-    if python:
-        cmd += ["--python", python]
-    if temp_root:
-        cmd += ["--temp-root", temp_root]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    """Measure one path at each level against its own ``serve`` process; :class:`EmulatorStartError` if it ends."""
+    serve_args = [*(["--python", python] if python else []), *(["--temp-root", temp_root] if temp_root else [])]
     results: list[LevelResult] = []
-    try:
-        asyncio.run(_wait_healthy(url, proc))
+    with EmulatorProcess(mode, serve_args=serve_args) as emulator:
+        assert emulator.pid is not None
+        port = int(emulator.base_url.rsplit(":", 1)[1])
         for level in levels:
             total = requests or default_requests(mode, level)
             print(f"  {mode:9s} concurrency {level:4d}: {total} requests ...", file=sys.stderr, flush=True)
             if client == "lean":
                 results.append(_lean_level(port, mode, level, total))
             else:
-                results.append(asyncio.run(_level(url, mode, level, total)))
-        kids = _descendants(proc.pid)
+                results.append(asyncio.run(_level(emulator.base_url, mode, level, total)))
+        kids = _descendants(emulator.pid)
         memory = {
-            "server_peak_rss_kb": _vm_hwm_kb(proc.pid),
+            "server_peak_rss_kb": _vm_hwm_kb(emulator.pid),
             "warm_interpreter_peak_rss_kb": max((_vm_hwm_kb(k) for k in kids), default=0),
         }
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
     return results, memory
 
 
 def main(args: argparse.Namespace) -> int:
-    try:
-        import aiohttp  # noqa: F401
-    except ImportError:
-        print("sandbox-emulator bench-throughput needs aiohttp: pip install 'sandbox-emulator[bench]'", file=sys.stderr)
-        return 2
     try:
         levels = [int(x) for x in str(args.concurrency).split(",") if x.strip()]
         modes = [m.strip() for m in str(args.modes).split(",") if m.strip()]
@@ -216,6 +175,8 @@ def main(args: argparse.Namespace) -> int:
     if client not in CLIENTS:
         print(f"sandbox-emulator bench-throughput: --client is one of {', '.join(CLIENTS)}", file=sys.stderr)
         return 2
+    if client == "aiohttp":
+        import aiohttp  # noqa: F401  (missing: the command line says which extra to install)
     bad = [m for m in modes if m not in ("fast", "faithful")]
     if bad or not levels or any(level < 1 for level in levels):
         print(
@@ -246,7 +207,11 @@ def main(args: argparse.Namespace) -> int:
     all_results: list[LevelResult] = []
     memory: dict[str, dict[str, int]] = {}
     for mode in modes:
-        results, mem = run_mode(mode, levels, args.requests, args.python, temp_root, client)
+        try:
+            results, mem = run_mode(mode, levels, args.requests, args.python, temp_root, client)
+        except EmulatorStartError as exc:
+            print(f"sandbox-emulator bench-throughput: {mode}: {exc}", file=sys.stderr)
+            return 2
         all_results.extend(results)
         memory[mode] = mem
     print(f"{'path':10s} {'concurrency':>11s} {'requests':>8s} {'errors':>6s} {'exec/s':>9s}")

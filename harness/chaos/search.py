@@ -669,7 +669,7 @@ class ToolScenario:
         return False, self.max_attempts
 
     def _op_call(self, parallel: int) -> None:
-        from harness.tools.sandbox_fusion import INFRA_FAULT_OBSERVATION
+        from harness.tools.observations import INFRA_FAULT_OBSERVATION
 
         unavailable = INFRA_FAULT_OBSERVATION.split("{", 1)[0]
         journal = self.server.emulator.journal
@@ -870,7 +870,7 @@ class DaytonaScenario:
         self._push({"route": route, "latency": {"fixed": ms / 1000}})
 
     def _op_call(self, trajectory: int) -> None:
-        from harness.tools.sandbox_fusion import INFRA_FAULT_OBSERVATION
+        from harness.tools.observations import INFRA_FAULT_OBSERVATION
 
         unavailable = INFRA_FAULT_OBSERVATION.split("{", 1)[0]
         journal = self.emulator.journal

@@ -32,13 +32,9 @@ from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from harness.ratelimit import AsyncLimiter, Outcome
+from harness.tools.observations import INFRA_FAULT_OBSERVATION
 from harness.tools.retry import RetryPolicy, retry_after_seconds
-from harness.tools.sandbox_fusion import (
-    DEFAULT_SCHEMA,
-    INFRA_FAULT_OBSERVATION,
-    limiter_settings,
-    open_tool_limiter,
-)
+from harness.tools.sandbox_fusion import DEFAULT_SCHEMA, limiter_settings, open_tool_limiter
 
 #: What the model sees when its program ran past the timeout (the interpreter context is then reset).
 TIMEOUT_OBSERVATION = "Execution timed out after {timeout:g} seconds."

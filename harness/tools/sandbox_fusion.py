@@ -36,6 +36,7 @@ from verl.utils.reward_score.sandbox_fusion.utils import SUPPORTED_LANGUAGES
 
 from harness.ratelimit import AsyncLimiter, ConcurrencyLimiter, LimiterConfig, open_limiter, ray_ready
 from harness.ratelimit import Outcome as CallOutcome
+from harness.tools.observations import INFRA_FAULT_OBSERVATION, NO_STDOUT
 from harness.tools.retry import RetryPolicy, retry_after_seconds
 
 log = logging.getLogger(__name__)
@@ -43,12 +44,6 @@ log = logging.getLogger(__name__)
 #: The ``rate_limiter`` keys besides :class:`~harness.ratelimit.LimiterConfig`'s fields.
 LIMITER_KEYS = ("backend", "namespace", "redis_url")
 
-#: What verl 0.7.1 showed for any run that did not finish (timeout, compile error, sandbox or API error).
-NO_STDOUT = "no stdout here"
-#: What the model sees when the sandbox service itself failed and the retry budget is spent.
-INFRA_FAULT_OBSERVATION = (
-    "Sandbox unavailable: the code sandbox service failed ({reason}); the program's output is unknown."
-)
 
 DEFAULT_SCHEMA = {
     "type": "function",

@@ -1,8 +1,9 @@
 """Texts a tool turn can show that are not a program's output, and verl's GSM8K reward, loaded on first use.
 
-The project's own texts come from the tools themselves (so a reworded message cannot drift from the validator);
-importing them imports verl, hence the lazy loading. verl's own texts are not importable constants: they are
-f-strings inside its agent loop and tools, reproduced here by their fixed parts.
+The project's own texts come from the module the tools take them from (so a reworded message cannot drift from the
+validator), which needs no verl. verl's own texts are not importable constants: they are f-strings inside its agent
+loop and tools, reproduced here by their fixed parts. verl's GSM8K reward is loaded on first use: only
+``--reward gsm8k`` needs verl.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from harness.tools.observations import INFRA_FAULT_OBSERVATION, NO_STDOUT
 
 #: verl 0.7.1 ``ToolAgentLoop._call_tool``: any exception from a tool's ``execute`` (often a network error).
 VERL_071_TOOL_EXCEPTION = "Error when executing tool:"
@@ -46,12 +49,8 @@ class InfraTemplate:
 
 @functools.cache
 def infra_templates() -> tuple[InfraTemplate, ...]:
-    """The infra-fault observations of the project's tools. The Daytona tool shows the Sandbox Fusion tool's text
-    (it imports it), so today there is one; a tool with its own text adds its template here."""
-    try:
-        from harness.tools.sandbox_fusion import INFRA_FAULT_OBSERVATION
-    except ImportError as exc:
-        raise MissingExtra(f"the dump validator needs verl (install the [verl] extra): {exc}") from None
+    """The infra-fault observations of the project's tools. Both tools show the same text, so today there is one; a
+    tool with its own text adds its template here."""
     templates: list[InfraTemplate] = []
     for text in (INFRA_FAULT_OBSERVATION,):
         prefix, marker, suffix = text.partition("{reason}")
@@ -65,10 +64,6 @@ def infra_templates() -> tuple[InfraTemplate, ...]:
 def no_stdout_text() -> str:
     """verl 0.7.1's observation for any run that did not finish, API failures included (the project's tool keeps it
     for timeouts, compile errors and unsupported languages only)."""
-    try:
-        from harness.tools.sandbox_fusion import NO_STDOUT
-    except ImportError as exc:
-        raise MissingExtra(f"the dump validator needs verl (install the [verl] extra): {exc}") from None
     return NO_STDOUT
 
 

@@ -12,7 +12,8 @@ import pytest
 from emulator.server import EmulatorServer
 from harness.chaos.audit import AuditedCall, audit_calls, audit_rewards, entries_since, journal_mark
 from harness.chaos.judges import ChaosJudge
-from harness.tools.sandbox_fusion import INFRA_FAULT_OBSERVATION, SandboxFusionTool
+from harness.tools.observations import INFRA_FAULT_OBSERVATION
+from harness.tools.sandbox_fusion import SandboxFusionTool
 
 RUN_CODE = "sandbox_fusion.run_code"
 # A gateway in front of Sandbox Fusion: the first four requests get 504 (the first program, run alone, never gets

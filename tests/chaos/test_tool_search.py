@@ -17,7 +17,8 @@ from verl.tools.schemas import ToolResponse
 from emulator.server import EmulatorServer
 from harness.chaos.regressions import REGRESSIONS_DIR, Regression
 from harness.chaos.search import ToolScenario, register_scenario, replay, search_machine, tool_ops, tool_setup
-from harness.tools.sandbox_fusion import NO_STDOUT, SandboxFusionTool
+from harness.tools.observations import NO_STDOUT
+from harness.tools.sandbox_fusion import SandboxFusionTool
 
 
 @pytest.fixture(scope="module")

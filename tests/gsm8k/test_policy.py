@@ -29,7 +29,7 @@ from harness.gsm8k import (
 )
 from harness.gsm8k.policy import RETRY_TEXT_NO_ERROR, computation, execute_offline, last_observation
 from harness.rollout import GenerateRequest
-from harness.tools.sandbox_fusion import INFRA_FAULT_OBSERVATION
+from harness.tools.observations import INFRA_FAULT_OBSERVATION
 
 INFRA = INFRA_FAULT_OBSERVATION.format(reason="HTTP 504")
 

@@ -43,7 +43,7 @@ from harness.rollout import (
     write_tool_config,
 )
 from harness.tools.daytona import DaytonaTool
-from harness.tools.sandbox_fusion import INFRA_FAULT_OBSERVATION
+from harness.tools.observations import INFRA_FAULT_OBSERVATION
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "fixtures/tools/daytona_tool_config.yaml"

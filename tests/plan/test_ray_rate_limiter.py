@@ -30,7 +30,7 @@ ray = pytest.importorskip("ray")
 from emulator.journal import Journal  # noqa: E402
 from harness.ratelimit import LimiterConfig, LimiterStats, open_limiter  # noqa: E402
 from harness.ratelimit.ray_backend import RayLimiter, actor_name, kill  # noqa: E402
-from harness.tools.sandbox_fusion import INFRA_FAULT_OBSERVATION  # noqa: E402
+from harness.tools.observations import INFRA_FAULT_OBSERVATION  # noqa: E402
 
 RUN_CODE = "sandbox_fusion.run_code"
 TOOL_CLASSES = {

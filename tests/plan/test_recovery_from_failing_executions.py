@@ -34,7 +34,8 @@ from harness.rollout import (
     observations,
     run_trajectory,
 )
-from harness.tools.sandbox_fusion import INFRA_FAULT_OBSERVATION, NO_STDOUT, SandboxFusionTool
+from harness.tools.observations import INFRA_FAULT_OBSERVATION, NO_STDOUT
+from harness.tools.sandbox_fusion import SandboxFusionTool
 
 RUN_CODE = "sandbox_fusion.run_code"
 TRAJECTORIES = 8

@@ -19,7 +19,7 @@ from verl.tools.tool_registry import initialize_tools_from_config
 
 from emulator.server import EmulatorServer
 from harness.tools.daytona import TIMEOUT_OBSERVATION, DaytonaTool, normalize_code
-from harness.tools.sandbox_fusion import INFRA_FAULT_OBSERVATION
+from harness.tools.observations import INFRA_FAULT_OBSERVATION
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST_RETRY = {"max_attempts": 4, "base_delay": 0.01, "max_delay": 0.05, "max_retry_after": 2}

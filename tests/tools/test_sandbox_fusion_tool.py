@@ -18,7 +18,8 @@ pytest.importorskip("verl", reason="needs the [verl] extra")
 
 from verl.tools.tool_registry import initialize_tools_from_config
 
-from harness.tools.sandbox_fusion import INFRA_FAULT_OBSERVATION, NO_STDOUT, SandboxFusionTool
+from harness.tools.observations import INFRA_FAULT_OBSERVATION, NO_STDOUT
+from harness.tools.sandbox_fusion import SandboxFusionTool
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = json.loads((ROOT / "fixtures/reference/sandbox_fusion/verl_071_tool_outputs.json").read_text())

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("verl", reason="needs the [verl] extra")
 
-from harness.tools.sandbox_fusion import INFRA_FAULT_OBSERVATION, NO_STDOUT
+from harness.tools.observations import INFRA_FAULT_OBSERVATION, NO_STDOUT
 from harness.validate import Report, validate_dir
 
 Entries = list[dict[str, Any]]

@@ -1,0 +1,14 @@
+"""The texts the project's tools show the model instead of a program's output.
+
+Apart from the tools (which need verl), so that what reads rollouts (the dump validator, the chaos search) can tell
+these texts from program output without installing verl.
+"""
+
+from __future__ import annotations
+
+#: What verl 0.7.1 showed for any run that did not finish (timeout, compile error, sandbox or API error).
+NO_STDOUT = "no stdout here"
+#: What the model sees when the sandbox service itself failed and the retry budget is spent.
+INFRA_FAULT_OBSERVATION = (
+    "Sandbox unavailable: the code sandbox service failed ({reason}); the program's output is unknown."
+)
