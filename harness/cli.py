@@ -7,10 +7,13 @@ subcommands that need verl say so when it is missing.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import os
 import sys
 from collections.abc import Callable, Sequence
+
+from harness.interrupts import INTERRUPTED, sigterm_as_interrupt
 
 
 def _add_runtime_options(parser: argparse.ArgumentParser) -> None:
@@ -239,9 +242,19 @@ def _missing_extra(command: str, extra: str, missing: str) -> str:
 
 
 def _run(command: str, func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    """Run a subcommand; a package it needs that is not installed is that one line and exit 2, not a traceback."""
-    try:
+    """Run a subcommand; a package it needs that is not installed is that one line and exit 2, not a traceback.
+
+    Ctrl-C or SIGTERM stops it through its cleanup (the emulator process it started, its sandboxes) and ends it with
+    one line and status 130. ``serve`` keeps its own handling (the server's graceful shutdown).
+    """
+    if command == "serve":
         return func(args)
+    try:
+        with sigterm_as_interrupt():
+            return func(args)
+    except (KeyboardInterrupt, asyncio.CancelledError):  # asyncio.run cancels the main task on Ctrl-C
+        print(f"sandbox-emulator {command}: interrupted", file=sys.stderr)
+        return INTERRUPTED
     except ImportError as exc:
         top = (exc.name or "").split(".")[0]
         if not top or top in ("harness", "emulator"):

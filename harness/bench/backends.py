@@ -24,7 +24,6 @@ import dataclasses
 import gc
 import os
 import platform
-import signal
 import socket
 import sys
 import time
@@ -39,6 +38,7 @@ from harness.bench import machine
 from harness.bench.drivers import SCENARIOS, Backend, Scenario
 from harness.bench.machine import MachineSpeed
 from harness.bench.stats import LevelResult, PoolTimings, write_csv, write_summary
+from harness.interrupts import INTERRUPTED, sigterm_as_interrupt
 from harness.outputs import dir_problem
 from harness.urls import url_problem
 
@@ -384,9 +384,10 @@ def _url(raw: str, flag: str) -> str:
 
 def parse_options(args: argparse.Namespace) -> BenchOptions:
     """Validate the command line; :class:`BenchError` says what is wrong."""
-    backends = _names(args.backends, DEFAULT_BACKENDS, "--backends") if args.backends else DEFAULT_BACKENDS
+    given = args.backends is not None  # an empty --backends is a mistake, not "all of them"
+    backends = _names(args.backends, DEFAULT_BACKENDS, "--backends") if given else DEFAULT_BACKENDS
     if args.sandbox_fusion_url or args.daytona_api_url:
-        backends = _names(args.backends, DEFAULT_BACKENDS, "--backends") if args.backends else ()
+        backends = _names(args.backends, DEFAULT_BACKENDS, "--backends") if given else ()
     scenarios = tuple(SCENARIOS[n] for n in _names(args.scenarios, tuple(SCENARIOS), "--scenarios"))
     levels = _levels(args.concurrency) if args.concurrency else (QUICK_LEVELS if args.quick else DEFAULT_LEVELS)
     warmups = args.warmups if args.warmups is not None else (1 if args.quick else 3)
@@ -427,20 +428,6 @@ def parse_options(args: argparse.Namespace) -> BenchOptions:
     )
 
 
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM unwinds like Ctrl-C, so the emulator process and the sandboxes are cleaned up either way."""
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def main(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -451,14 +438,14 @@ def main(args: argparse.Namespace) -> int:
         if problem:
             raise BenchError(problem)
         with ExitStack() as stack:
-            stack.enter_context(_sigterm_as_interrupt())
+            stack.enter_context(sigterm_as_interrupt())
             runs = run(options, say)
     except BenchError as exc:
         print(f"sandbox-emulator bench: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("sandbox-emulator bench: interrupted; emulator stopped, sandboxes released", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     print(table(runs, options.fixed_latency_s))
     if options.plot:
         from harness.bench.plot import plot_throughput

@@ -34,8 +34,12 @@ def _rss_kb(pid: int) -> int:
 async def _run(url: str, count: int, rounds: int, server_pid: int) -> dict[str, Any]:
     from daytona import AsyncDaytona, CreateSandboxFromSnapshotParams, DaytonaConfig
 
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
     figures: dict[str, Any] = {"sandboxes": count, "rounds": rounds}
     async with AsyncDaytona(DaytonaConfig(api_url=url + "/api", api_key=DAYTONA_KEY)) as daytona:
+        say(f"creating {count} sandboxes ...")
         t0 = time.perf_counter()
         params = [CreateSandboxFromSnapshotParams(labels={"bench": str(i)}) for i in range(count)]
         sandboxes = await asyncio.gather(*(daytona.create(p, timeout=120) for p in params))
@@ -43,6 +47,7 @@ async def _run(url: str, count: int, rounds: int, server_pid: int) -> dict[str, 
         figures["creates_per_s"] = count / figures["create_s"]
 
         async def timed(label: str, make: Any) -> None:
+            say(f"{label}: a warm-up round and {rounds} measured round(s) of {count} calls ...")
             await asyncio.gather(*(make(s) for s in sandboxes))  # warm-up round
             start = time.perf_counter()
             for _ in range(rounds):
@@ -57,6 +62,7 @@ async def _run(url: str, count: int, rounds: int, server_pid: int) -> dict[str, 
         children = _descendants(server_pid)
         figures["child_processes"] = len(children)
         figures["children_rss_mb"] = sum(_rss_kb(p) for p in children) / 1024
+        say(f"deleting {count} sandboxes ...")
         t0 = time.perf_counter()
         await asyncio.gather(*(s.delete() for s in sandboxes))
         figures["deletes_per_s"] = count / (time.perf_counter() - t0)
@@ -75,11 +81,13 @@ def main(args: argparse.Namespace) -> int:
     if problem:
         print(f"sandbox-emulator bench-daytona: {problem}", file=sys.stderr)
         return 2
+    speed: MachineSpeed | None = None
     try:
-        speed: MachineSpeed | None = measure()
+        speed = measure()
     except ProbeError as exc:
-        speed = None
         print(f"sandbox-emulator bench-daytona: {exc}", file=sys.stderr)
+    else:
+        print(f"machine speed: {speed.describe()}", file=sys.stderr, flush=True)
     try:
         with EmulatorProcess() as emulator:
             assert emulator.pid is not None

@@ -178,9 +178,15 @@ def main(args: argparse.Namespace) -> int:
     if client == "aiohttp":
         import aiohttp  # noqa: F401  (missing: the command line says which extra to install)
     bad = [m for m in modes if m not in ("fast", "faithful")]
-    if bad or not levels or any(level < 1 for level in levels):
+    if bad or not modes:
+        given = ", ".join(map(repr, bad)) or "an empty list"
         print(
-            "sandbox-emulator bench-throughput: modes are fast,faithful and levels are positive integers",
+            f"sandbox-emulator bench-throughput: --modes: unknown {given}; choose from fast, faithful", file=sys.stderr
+        )
+        return 2
+    if not levels or any(level < 1 for level in levels):
+        print(
+            f"sandbox-emulator bench-throughput: --concurrency takes positive integers, got {args.concurrency!r}",
             file=sys.stderr,
         )
         return 2

@@ -160,6 +160,7 @@ def test_plot_and_fixed_latency(tmp_path: Path, capsys: pytest.CaptureFixture[st
         (["--concurrency", "0"], "--concurrency takes positive integers"),
         (["--concurrency", "eight"], "--concurrency takes positive integers"),
         (["--backends", "docker"], "unknown 'docker'"),
+        (["--backends", ""], "--backends: unknown an empty list"),  # not "all of them"
         (["--scenarios", "nope"], "unknown 'nope'"),
         (["--sandbox-fusion-url", "localhost:8080"], "is not an http(s) URL"),
         (["--daytona-api-url", "ftp://example.com"], "is not an http(s) URL"),
@@ -172,6 +173,21 @@ def test_bad_arguments_are_a_clear_error(args: list[str], message: str, tmp_path
     assert done.returncode == 2, done.stderr
     assert message in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--modes", ""], "--modes: unknown an empty list"),
+        (["--modes", "fast,quick"], "--modes: unknown 'quick'"),
+        (["--concurrency", "0"], "--concurrency takes positive integers, got '0'"),
+    ],
+)
+def test_bench_throughput_names_the_bad_option(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli_main(["bench-throughput", *args]) == 2
+    assert message in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args", [["--sandboxes", "0"], ["--rounds", "-1"]])
