@@ -13,6 +13,7 @@ import os
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,10 @@ from starlette.types import Receive, Scope, Send
 
 from emulator.daytona.config import DaytonaConfig
 from emulator.daytona.report import SandboxReport, sandbox_report
+from emulator.daytona.service import ROUTES as DAYTONA_ROUTES
 from emulator.daytona.service import DaytonaService
 from emulator.executor import Executor, ExecutorConfig
-from emulator.faults import Clock, FaultEngine, FaultPlan, FaultPlanError, RealClock, load_plan
+from emulator.faults import Clock, FaultEngine, FaultPlan, FaultPlanError, RealClock, load_plan, profile_names
 from emulator.gate import FaultGate
 from emulator.journal import Journal
 from emulator.sandbox_fusion.jupyter import JupyterRunner
@@ -209,8 +211,11 @@ class Emulator:
                 data = json.loads(raw) if raw.strip() else None
             except json.JSONDecodeError as exc:
                 return json_response({"error": f"fault plan is not valid JSON: {exc}"}, status=400)
+            spec: PlanSpec = data["profile"] if isinstance(data, dict) and set(data) == {"profile"} else data
+            if isinstance(spec, str) and spec not in profile_names():  # a name, never a path on this machine
+                names = ", ".join(profile_names())
+                return json_response({"error": f"unknown fault profile {spec!r}; profiles: {names}"}, status=400)
             try:
-                spec: PlanSpec = data["profile"] if isinstance(data, dict) and set(data) == {"profile"} else data
                 plan = self.set_faults(spec)
             except (FaultPlanError, ValueError, TypeError, OSError) as exc:
                 return json_response({"error": str(exc)}, status=400)
@@ -277,7 +282,22 @@ class HotRoutes:
         await self.app(scope, receive, send)
 
 
+#: Every route name the gate journals: what a plan's rules and limits can match.
+ROUTE_NAMES: tuple[str, ...] = (ROUTE_RUN_CODE, ROUTE_RUN_JUPYTER, ROUTE_PING, *DAYTONA_ROUTES)
+
+
 def _to_plan(spec: PlanSpec) -> FaultPlan:
-    if isinstance(spec, FaultPlan):
-        return spec
-    return load_plan(spec)
+    plan = spec if isinstance(spec, FaultPlan) else load_plan(spec)
+    _check_routes(plan)
+    return plan
+
+
+def _check_routes(plan: FaultPlan) -> None:
+    """Refuse a route glob that matches none of this emulator's routes: a typo (``run_code`` for
+    ``sandbox_fusion.run_code``) would otherwise make its rule or limit a silent no-op."""
+    for kind, items in (("rules", plan.rules), ("limits", plan.limits)):
+        for index, item in enumerate(items):
+            for glob in item.route.split("|"):
+                if not any(fnmatchcase(route, glob) for route in ROUTE_NAMES):
+                    families = "sandbox_fusion.run_code, sandbox_fusion.run_jupyter, sandbox_fusion.ping, daytona.*"
+                    raise FaultPlanError(f"{kind}[{index}].route", f"{glob!r} matches no route (routes: {families})")

@@ -1,0 +1,51 @@
+"""``/_emulator/faults``: a plan replaced over HTTP, and the plans the emulator refuses (here and in process)."""
+
+from __future__ import annotations
+
+import pytest
+import requests
+
+from emulator.app import Emulator
+from emulator.faults import FaultPlanError
+from emulator.server import EmulatorServer
+
+PLAN = {"rules": [{"id": "gw", "route": "sandbox_fusion.run_code", "fault": {"status": 504}}]}
+
+
+def test_a_plan_put_over_http_applies(sandbox_emulator: EmulatorServer) -> None:
+    url = sandbox_emulator.url + "/_emulator/faults"
+    assert requests.put(url, json=PLAN, timeout=10).status_code == 200
+    assert [rule["id"] for rule in requests.get(url, timeout=10).json()["rules"]] == ["gw"]
+    answer = requests.post(sandbox_emulator.run_code_url, json={"code": "print(1)", "language": "python"}, timeout=10)
+    assert answer.status_code == 504
+    assert requests.put(url, json={"profile": "calm"}, timeout=10).json()["rules"] == []
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"rules": [{"route": "run_code", "fault": 503}]}, "rules[0].route: 'run_code' matches no route"),
+        ({"limits": [{"route": "daytona.toolbx.*", "max_in_flight": 1}]}, "limits[0].route: 'daytona.toolbx.*'"),
+        ("/etc/hostname", "unknown fault profile '/etc/hostname'"),  # a name, never a file of the server's
+        ({"profile": "nope"}, "unknown fault profile 'nope'; profiles: calm"),
+    ],
+)
+def test_a_refused_plan_is_a_400_and_the_old_plan_stays(
+    sandbox_emulator: EmulatorServer, body: object, message: str
+) -> None:
+    url = sandbox_emulator.url + "/_emulator/faults"
+    requests.put(url, json=PLAN, timeout=10)
+    refused = requests.put(url, json=body, timeout=10)
+    assert refused.status_code == 400 and message in refused.json()["error"]
+    assert [rule["id"] for rule in requests.get(url, timeout=10).json()["rules"]] == ["gw"]
+
+
+def test_a_route_glob_that_matches_nothing_is_refused_in_process() -> None:
+    with pytest.raises(FaultPlanError, match=r"rules\[1\]\.route: 'sandbox_fusion\.runcode' matches no route"):
+        Emulator(
+            faults={
+                "rules": [{"route": "daytona.*", "fault": 503}, {"route": "sandbox_fusion.runcode|x", "fault": 503}]
+            }
+        )
+    plan = Emulator().set_faults({"rules": [{"route": ["sandbox_fusion.*", "daytona.toolbox.*"], "fault": 503}]})
+    assert plan.rules[0].route == "sandbox_fusion.*|daytona.toolbox.*"
