@@ -2,7 +2,9 @@
 service, and compare each answer with the snapshots after normalising.
 
 Exit status: 0 when every difference is registered, 1 when one is not (or a case got no answer), 2 on bad input
-(unreadable suite, snapshots or registry; no snapshot at all).
+(unreadable suite, snapshots or registry; no snapshot for the service asked for, or for any service under ``all``;
+a live service whose probe fails or that refuses the key). Under ``all``, a service with no snapshot is not checked,
+and the report says so (``unchecked``).
 """
 
 from __future__ import annotations
@@ -26,8 +28,11 @@ from harness.reference.suite import (
     Case,
     SuiteError,
     Target,
+    base_url,
     default_fixtures_dir,
     load_suite,
+    probe,
+    require_cases,
     run_suite,
     select,
 )
@@ -81,13 +86,20 @@ class ServiceReport:
 @dataclass
 class Report:
     services: list[ServiceReport] = field(default_factory=list)
+    #: Services asked for that had no snapshot, so were not checked: said, so that a pass is not read as theirs.
+    unchecked: list[str] = field(default_factory=list)
+    snapshots: str = ""
 
     @property
     def passed(self) -> bool:
         return not any(s.failed for s in self.services)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "services": [s.to_dict() for s in self.services]}
+        return {
+            "passed": self.passed,
+            "services": [s.to_dict() for s in self.services],
+            "unchecked": self.unchecked,
+        }
 
 
 def _comparable(case: Case, status: int | None, body: Any, with_body: bool) -> dict[str, Any]:
@@ -169,10 +181,10 @@ def run_check(
 ) -> Report:
     """Run the suite against ``targets`` and compare with the snapshots in ``snapshots``."""
     suite = load_suite(suite_path)
-    report = Report()
     found = {s: read_snapshot(snapshots, s) for s in services}
     if not any(found.values()):
         raise SnapshotError(f"no snapshot for {', '.join(services)} in {snapshots}")
+    report = Report(unchecked=[s for s in services if found[s] is None], snapshots=str(snapshots))
     for service in services:
         snapshot = found[service]
         if snapshot is None:
@@ -188,7 +200,7 @@ def render(report: Report) -> str:
     lines: list[str] = []
     for service in report.services:
         counts = service.to_dict()["counts"]
-        summary = ", ".join(f"{n} {o}" for o, n in counts.items() if n)
+        summary = ", ".join(f"{n} {o}" for o, n in counts.items() if n) or "no case selected"
         lines.append(f"{service.service} against {service.target}: {summary}")
         for result in service.results:
             if result.outcome == NO_ANSWER:
@@ -203,6 +215,8 @@ def render(report: Report) -> str:
                 f"  stale registry entry {entry.case} {entry.field} (validated {entry.validated}): the divergence no"
                 " longer occurs; remove the entry or re-validate it"
             )
+    for name in report.unchecked:
+        lines.append(f"note: {name} not checked: no {name}.json snapshot in {report.snapshots}")
     lines.append("PASSED" if report.passed else "FAILED")
     return "\n".join(lines)
 
@@ -219,17 +233,14 @@ def main(args: argparse.Namespace) -> int:
     services = list(SERVICES) if service == "all" else [service]
     try:
         registry = load_registry(args.registry)
-        if args.cases:
-            suite = load_suite(args.suite)
-            if not any(select(suite[name], args.cases) for name in services):
-                print(
-                    f"sandbox-emulator check-reference: no {' or '.join(services)} case matches --cases",
-                    file=sys.stderr,
-                )
-                return 2
+        require_cases(load_suite(args.suite), services, args.cases, args.suite)
         with contextlib.ExitStack() as stack:
             if args.reference_url:
-                targets = {service: Target(service, args.reference_url.rstrip("/"), args.api_key)}
+                targets = {service: Target(service, base_url(service, args.reference_url), args.api_key)}
+                problem = probe(targets[service])
+                if problem is not None:
+                    print(f"sandbox-emulator check-reference: {problem}; nothing checked", file=sys.stderr)
+                    return 2
             else:
                 targets = stack.enter_context(emulator_targets())
             report = run_check(services, args.snapshots, registry, targets, args.suite, args.cases)
@@ -255,7 +266,11 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         metavar="DIR",
         help="snapshot directory, one <service>.json each (default: fixtures/reference/snapshots)",
     )
-    parser.add_argument("--reference-url", metavar="URL", help="check this live service instead of the emulator")
+    parser.add_argument(
+        "--reference-url",
+        metavar="URL",
+        help="check this live service instead of the emulator (for Sandbox Fusion, a trailing /run_code is dropped)",
+    )
     parser.add_argument("--service", choices=[*SERVICES, "all"], help="default: all (sandbox-fusion with a URL)")
     parser.add_argument("--registry", type=Path, metavar="FILE", help="default: fixtures/reference/divergences.yaml")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")

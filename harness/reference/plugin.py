@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from harness.reference.suite import SERVICES, Target
+from harness.reference.suite import SERVICES, Target, base_url
 from harness.urls import unreachable, url_problem
 
 
@@ -25,7 +25,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--reference-url",
         metavar="URL",
         default=None,
-        help="run the reference tests against this live service (Sandbox Fusion root URL or Daytona API URL)",
+        help="run the reference tests against this live service (Sandbox Fusion root URL, Daytona API URL)",
     )
     group.addoption(
         "--reference-service",
@@ -63,7 +63,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 def _live(config: pytest.Config, service: str) -> str | None:
     url = _option(config, "reference_url")
     if url and _option(config, "reference_service", "sandbox-fusion") == service:
-        return str(url).rstrip("/")
+        return base_url(service, str(url))
     return None
 
 

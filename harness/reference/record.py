@@ -4,9 +4,14 @@
 The answers are merged into the snapshot already in the directory, if any: a case answered now replaces its earlier
 answer, every other earlier case is kept, and when no case gets an answer the file is left as it was.
 
+An answer that says the service refused the caller (401/403) is never stored: nothing is written (the run still
+sends the remaining cases, so that the suite's own last cases delete Daytona's sandbox). Before any case, the
+service's probe (``suite.PROBES``) must succeed, so that a wrong base URL, whose every answer would be the
+framework's 404, or a refused key stops the run before it sends the suite.
+
 Exit status: 0 when every case got an HTTP answer, 1 when some did not (the others are still stored), 2 on bad
-input (including a snapshot already there that cannot be read: it is not overwritten) or a target where nothing
-accepts a connection.
+input (including a snapshot already there that cannot be read: it is not overwritten), a target where nothing
+accepts a connection, whose probe fails, or that refuses the key.
 """
 
 from __future__ import annotations
@@ -26,8 +31,24 @@ from harness.reference.snapshots import (
     snapshot_path,
     write_snapshot,
 )
-from harness.reference.suite import SERVICES, SuiteError, Target, load_suite, run_suite, select
+from harness.reference.suite import (
+    SERVICES,
+    SuiteError,
+    Target,
+    base_url,
+    load_suite,
+    probe,
+    refusal,
+    refused,
+    require_cases,
+    run_suite,
+    select,
+)
 from harness.urls import unreachable, url_problem
+
+
+class Refused(Exception):
+    """The service refused the caller (401/403) on a case: that is no answer to record, so nothing is written."""
 
 
 @dataclass(frozen=True)
@@ -45,11 +66,16 @@ def record(target: Target, out: Path, suite_path: Path | None = None, patterns: 
     """Run the suite's cases for ``target.service`` against it and merge the answers into ``out``'s snapshot.
 
     Recording never loses an earlier answer: a case that gets no answer now, or was not selected, keeps the one the
-    file had, and when no case gets an answer the file is not touched at all.
+    file had, and when no case gets an answer the file is not touched at all. Raises :class:`Refused`, writing
+    nothing, when the service refused the caller (401/403) on any case: a refusal is no answer to the case.
     """
     cases = select(load_suite(suite_path)[target.service], patterns)
     previous = read_snapshot(out, target.service)  # a snapshot that cannot be read is not overwritten
     answers = run_suite(target, cases)
+    for case in cases:
+        status = refused(case, answers[case.id])
+        if status is not None:
+            raise Refused(refusal(target, status, f"case {case.id}"))
     answered = from_answers(target.service, target.url, answers)
     for cid in (cid for cid, a in answers.items() if a.status is None):
         print(f"sandbox-emulator record: {cid}: no answer ({answers[cid].error})", file=sys.stderr)
@@ -60,34 +86,44 @@ def record(target: Target, out: Path, suite_path: Path | None = None, patterns: 
     return Recording(answered, kept, written=True)
 
 
+def _untouched(path: Path) -> str:
+    return f"{path} is untouched" if path.exists() else f"{path} was not written"
+
+
 def main(args: argparse.Namespace) -> int:
     problem = url_problem(args.target)
     if problem is not None:
         print(f"sandbox-emulator record: --target: {problem}", file=sys.stderr)
         return 2
-    target = Target(args.service, args.target.rstrip("/"), args.api_key)
+    target = Target(args.service, base_url(args.service, args.target), args.api_key)
+    path = snapshot_path(args.out, args.service)
     try:
-        cases = select(load_suite(args.suite)[args.service], args.cases)
-        if not cases:
-            print("sandbox-emulator record: no case matches --cases", file=sys.stderr)
-            return 2
+        suite = load_suite(args.suite)
+        require_cases(suite, [args.service], args.cases, args.suite)
+        cases = select(suite[args.service], args.cases)
         read_snapshot(args.out, args.service)  # one that cannot be read is said now, and never overwritten
         problem = unreachable(args.target)
         if problem is not None:
             print(f"sandbox-emulator record: --target: {problem}; nothing recorded", file=sys.stderr)
             return 2
+        problem = probe(target)
+        if problem is not None:
+            print(f"sandbox-emulator record: {problem}; nothing recorded", file=sys.stderr)
+            return 2
         done = record(target, args.out, args.suite, args.cases)
     except (SuiteError, SnapshotError) as exc:
         print(f"sandbox-emulator record: {exc}", file=sys.stderr)
+        return 2
+    except Refused as exc:
+        print(f"sandbox-emulator record: {exc}; nothing written ({_untouched(path)})", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"sandbox-emulator record: cannot write into {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     got = len(done.answered.cases)
-    path = snapshot_path(args.out, args.service)
     if not done.written:
-        untouched = f"{path} is untouched" if path.exists() else f"{path} was not written"
-        print(f"recorded none of {len(cases)} {args.service} cases from {target.url}: {untouched}", file=sys.stderr)
+        none = f"recorded none of {len(cases)} {args.service} cases from {target.url}"
+        print(f"{none}: {_untouched(path)}", file=sys.stderr)
         return 1
     print(f"recorded {got} of {len(cases)} {args.service} cases from {target.url} into {path}")
     if done.kept:
@@ -101,7 +137,8 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "--target",
         required=True,
         metavar="URL",
-        help="the service: Sandbox Fusion's root URL, or Daytona's API URL (e.g. https://app.daytona.io/api)",
+        help="the service: Sandbox Fusion's root URL (a trailing /run_code is dropped), or Daytona's API URL (e.g."
+        " https://app.daytona.io/api)",
     )
     parser.add_argument("--service", choices=SERVICES, default="sandbox-fusion", help="default: sandbox-fusion")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="snapshot directory to write into")

@@ -9,16 +9,22 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
 
+from harness.reference.normalize import NORMALIZERS
+
 SERVICES = ("sandbox-fusion", "daytona")
 BASES = ("api", "toolbox")
+#: Statuses that mean the service refused the caller, not the request: never an answer worth recording.
+AUTH_STATUSES = (401, 403)
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _KEYS = {"id", "method", "path", "json", "data", "headers", "base", "save", "normalize"}
+_TOP_KEYS = ("version", *SERVICES)
 
 
 class SuiteError(ValueError):
@@ -77,8 +83,29 @@ class Target:
     api_key: str | None = None
 
 
-def _case(service: str, raw: Any, position: int) -> Case:
-    where = f"{service} case #{position + 1}"
+#: Per service, a request that any working instance answers with a 2xx, whatever the suite holds: it tells a wrong
+#: base URL (the framework's 404) or a refused key apart from the answers worth recording.
+PROBES = {
+    "sandbox-fusion": ("GET", "/v1/ping"),
+    "daytona": ("GET", "/sandbox?limit=1"),
+}
+_BASE_HINTS = {
+    "sandbox-fusion": "Sandbox Fusion's base URL is the server root, e.g. http://host:8080",
+    "daytona": "Daytona's base URL is its API URL, e.g. https://app.daytona.io/api",
+}
+
+
+def base_url(service: str, url: str) -> str:
+    """The URL a service's cases hang from: no trailing slash and, for Sandbox Fusion, no trailing ``/run_code``, so
+    that the ``/run_code`` URL verl's ``sandbox_fusion_url`` takes names the same server as its root."""
+    url = url.rstrip("/")
+    if service == "sandbox-fusion":
+        url = url.removesuffix("/run_code").rstrip("/")
+    return url
+
+
+def _case(path: Path, service: str, raw: Any, position: int) -> Case:
+    where = f"{path}: {service} case #{position + 1}"
     if not isinstance(raw, dict):
         raise SuiteError(f"{where}: expected a mapping, got {type(raw).__name__}")
     unknown = set(raw) - _KEYS
@@ -89,6 +116,11 @@ def _case(service: str, raw: Any, position: int) -> Case:
             raise SuiteError(f"{where}: '{key}' must be a non-empty string")
     if "json" in raw and "data" in raw:
         raise SuiteError(f"{where} ({raw['id']}): give 'json' or 'data', not both")
+    if not isinstance(raw.get("data", ""), str):
+        raise SuiteError(f"{where} ({raw['id']}): 'data' must be a string (the body sent as is)")
+    normalize = raw.get("normalize", "generic")
+    if not isinstance(normalize, str) or normalize not in NORMALIZERS:
+        raise SuiteError(f"{where} ({raw['id']}): normalize must be one of {sorted(NORMALIZERS)}, got {normalize!r}")
     base = raw.get("base", "api")
     if base not in BASES:
         raise SuiteError(f"{where} ({raw['id']}): base must be one of {BASES}, got {base!r}")
@@ -107,30 +139,58 @@ def _case(service: str, raw: Any, position: int) -> Case:
         headers=dict(raw.get("headers", {})),
         base=base,
         save=dict(raw.get("save", {})),
-        normalize=str(raw.get("normalize", "generic")),
+        normalize=normalize,
     )
 
 
-def load_suite(path: Path | None = None) -> dict[str, list[Case]]:
-    """Every service's cases, in order."""
-    path = path or default_suite_path()
+def _parsed(path: Path) -> dict[str, Any]:
+    """The suite file's top level, checked for its shape: a mapping of ``version: 1`` and lists of cases."""
     try:
         raw = yaml.safe_load(path.read_text())
     except OSError as exc:
         raise SuiteError(f"cannot read the suite {path}: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
         raise SuiteError(f"the suite {path} is not valid YAML: {exc}") from exc
-    if not isinstance(raw, dict) or raw.get("version") != 1:
-        raise SuiteError(f"the suite {path} must be a mapping with 'version: 1'")
+    if not isinstance(raw, dict):
+        raise SuiteError(f"{path}: the suite must be a mapping with 'version: 1' and a list of cases per service")
+    unknown = [key for key in raw if key not in _TOP_KEYS]
+    if unknown:
+        names, plural = ", ".join(repr(key) for key in unknown), "s" if len(unknown) > 1 else ""
+        raise SuiteError(f"{path}: unknown key{plural} {names} (expected: {', '.join(_TOP_KEYS)})")
+    if raw.get("version") != 1:
+        raise SuiteError(f"{path}: 'version' must be 1, got {raw.get('version')!r}")
+    for service in SERVICES:
+        value = raw.get(service)
+        if value is not None and not isinstance(value, list):
+            raise SuiteError(f"{path}: {service} must be a list of cases, got {type(value).__name__}")
+    return raw
+
+
+def load_suite(path: Path | None = None) -> dict[str, list[Case]]:
+    """Every service's cases, in order (a service the file leaves out, or leaves empty, has none)."""
+    path = path or default_suite_path()
+    raw = _parsed(path)
     suite: dict[str, list[Case]] = {}
     for service in SERVICES:
-        cases = [_case(service, item, i) for i, item in enumerate(raw.get(service) or [])]
+        cases = [_case(path, service, item, i) for i, item in enumerate(raw.get(service) or [])]
         ids = [c.id for c in cases]
         duplicated = sorted({i for i in ids if ids.count(i) > 1})
         if duplicated:
-            raise SuiteError(f"the suite {path}: duplicate {service} case ids {duplicated}")
+            raise SuiteError(f"{path}: duplicate {service} case ids {duplicated}")
         suite[service] = cases
     return suite
+
+
+def require_cases(
+    suite: dict[str, list[Case]], services: list[str], patterns: list[str] | None, path: Path | None = None
+) -> None:
+    """Refuse a run that would send nothing, saying why: the suite has no case for ``services``, or ``--cases``
+    matches none of them (a run of zero cases would otherwise pass, or record nothing, in silence)."""
+    if not any(suite[service] for service in services):
+        which = "" if not any(suite.values()) else f" {' or '.join(services)}"
+        raise SuiteError(f"{path or default_suite_path()}: the suite has no{which} cases")
+    if patterns and not any(select(suite[service], patterns) for service in services):
+        raise SuiteError(f"no {' or '.join(services)} case matches --cases")
 
 
 def _fill(path: str, saved: dict[str, str]) -> str:
@@ -184,6 +244,43 @@ def run_suite(target: Target, cases: list[Case], timeout: float = 120.0) -> dict
     saved: dict[str, str] = {}
     with httpx.Client(timeout=timeout) as client:
         return {case.id: run_case(client, target, case, saved) for case in cases}
+
+
+def refused(case: Case, answer: Answer) -> int | None:
+    """The status (401/403) with which the service refused the caller instead of answering ``case``, or None. A
+    case that sends its own ``Authorization`` header is testing exactly that, so its 401 is an answer."""
+    own_auth = any(name.lower() == "authorization" for name in case.headers)
+    return answer.status if answer.status in AUTH_STATUSES and not own_auth else None
+
+
+def refusal(target: Target, status: int, where: str) -> str:
+    """The one line that says the service refused the caller (``status``: 401 or 403) at ``where``."""
+    who = "the API key" if target.api_key else "a request without --api-key"
+    return f"the service refused {who} ({status} {_phrase(status)}) on {where}"
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "(non-standard status)"
+
+
+def probe(target: Target, timeout: float = 30.0) -> str | None:
+    """Why ``target`` is not a working instance of its service, judged by its probe (``PROBES``), which must answer
+    2xx: a refused key, or a wrong base URL (every case would be recorded as the framework's 404). None when the
+    probe succeeds, or gets no HTTP answer at all (each case then says so itself)."""
+    method, path = PROBES[target.service]
+    with httpx.Client(timeout=timeout) as client:
+        answer = run_case(client, target, Case("probe", target.service, method, path), {})
+    if answer.status is None or 200 <= answer.status < 300:
+        return None
+    if answer.status in AUTH_STATUSES:
+        return refusal(target, answer.status, f"its probe {method} {path}")
+    said = f"{method} {target.url}{path} answered {answer.status} {_phrase(answer.status)}"
+    if answer.status in (404, 405):
+        return f"{said}: is {target.url} the base URL? ({_BASE_HINTS[target.service]})"
+    return f"{said}, not 2xx: the service is not working"
 
 
 def select(cases: list[Case], patterns: list[str] | None) -> list[Case]:

@@ -112,7 +112,7 @@ def test_a_live_service_that_does_not_answer_fails(closing_server: str, capsys: 
         (["check-reference", "--reference-url", "localhost:8080", "--service", "sandbox-fusion"], "not an http(s) URL"),
         (["check-reference", "--reference-url", "https://", "--service", "daytona"], "not an http(s) URL with a host"),
         (["record", "--target", "localhost:8080", "--out", "{tmp}"], "--target: 'localhost:8080' is not"),
-        (["record", "--target", "http://x", "--cases", "nope", "--out", "{tmp}"], "no case matches"),
+        (["record", "--target", "http://x", "--cases", "nope", "--out", "{tmp}"], "no sandbox-fusion case matches"),
         (["check-reference", "--cases", "nope"], "no sandbox-fusion or daytona case matches --cases"),
         (["check-reference", "--service", "daytona", "--cases", "01_*"], "no daytona case matches --cases"),
     ],

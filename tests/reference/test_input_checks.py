@@ -1,0 +1,159 @@
+"""What ``record`` and ``check-reference`` refuse rather than store or pass: a refused key, a wrong base URL, a
+malformed suite; and what ``check-reference`` says it did not check (a service with no snapshot)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from emulator.server import EmulatorServer
+from harness.cli import main
+from harness.reference.suite import base_url, default_fixtures_dir
+
+SNAPSHOTS = default_fixtures_dir() / "snapshots"
+
+
+def _good_snapshot(directory: Path, service: str) -> bytes:
+    """A snapshot already in ``directory`` (the committed one), whose bytes must survive a refused recording."""
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.copy(SNAPSHOTS / f"{service}.json", directory / f"{service}.json")
+    return (directory / f"{service}.json").read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://h:8080/", "http://h:8080"),
+        ("http://h:8080/run_code", "http://h:8080"),
+        ("http://h:8080/sf/run_code/", "http://h:8080/sf"),
+    ],
+)
+def test_a_run_code_url_names_the_sandbox_fusion_server(url: str, expected: str) -> None:
+    assert base_url("sandbox-fusion", url) == expected
+    assert base_url("daytona", "https://app.daytona.io/api/") == "https://app.daytona.io/api"
+
+
+def test_record_accepts_the_run_code_url_and_keeps_expected_404s(
+    reference_emulator: EmulatorServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = reference_emulator.url + "/run_code"
+    assert main(["record", "--target", target, "--cases", "01_*", "25_*", "--out", str(tmp_path)]) == 0
+    recorded = json.loads((tmp_path / "sandbox-fusion.json").read_text())
+    assert recorded["source"] == reference_emulator.url
+    assert recorded["cases"]["01_print"]["status"] == 200  # not the framework's 404 for /run_code/run_code
+    assert recorded["cases"]["25_404"]["status"] == 404  # a case that expects a 404 is still recorded
+    assert f"from {reference_emulator.url} into" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("service", "probe"),
+    [("sandbox-fusion", "GET {url}/nope/v1/ping"), ("daytona", "GET {url}/nope/sandbox?limit=1")],
+)
+def test_record_refuses_a_wrong_base_url(
+    service: str, probe: str, reference_emulator: EmulatorServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = _good_snapshot(tmp_path, service)
+    key = reference_emulator.emulator.config.daytona.api_key
+    target = reference_emulator.url + "/nope"
+    args = ["record", "--target", target, "--service", service, "--api-key", key, "--out", str(tmp_path)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{probe.format(url=reference_emulator.url)} answered 404 Not Found: is {target} the base URL?" in err
+    assert err.rstrip().endswith("nothing recorded") and err.count("\n") == 1 and "Traceback" not in err
+    assert (tmp_path / f"{service}.json").read_bytes() == before
+
+
+def test_record_refuses_a_wrong_api_key(
+    reference_emulator: EmulatorServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = _good_snapshot(tmp_path, "daytona")
+    target = reference_emulator.url + "/api"
+    args = ["record", "--target", target, "--service", "daytona", "--api-key", "wrong", "--out", str(tmp_path)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "the service refused the API key (401 Unauthorized)" in err and err.count("\n") == 1
+    assert (tmp_path / "daytona.json").read_bytes() == before
+
+
+def test_record_writes_nothing_when_a_case_is_refused(
+    reference_emulator: EmulatorServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The probe passes, then one case is refused: no case of the run is stored, not even the good ones."""
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(
+        "version: 1\nsandbox-fusion:\n"
+        "- {id: ping, method: GET, path: /v1/ping}\n"
+        "- {id: own_bad_key, method: GET, path: /api/sandbox, headers: {Authorization: Bearer nope}}\n"
+        "- {id: needs_a_key, method: GET, path: /api/sandbox}\n"
+    )
+    out = tmp_path / "out"
+    before = _good_snapshot(out, "sandbox-fusion")
+    assert main(["record", "--suite", str(suite), "--target", reference_emulator.url, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "the service refused a request without --api-key (401 Unauthorized) on case needs_a_key" in err
+    assert f"nothing written ({out / 'sandbox-fusion.json'} is untouched)" in err
+    assert (out / "sandbox-fusion.json").read_bytes() == before
+    # a case that sends its own Authorization header is testing the 401: that answer is recorded
+    args = ["record", "--suite", str(suite), "--cases", "own_*", "--target", reference_emulator.url]
+    assert main([*args, "--out", str(out)]) == 0
+    assert json.loads((out / "sandbox-fusion.json").read_text())["cases"]["own_bad_key"]["status"] == 401
+
+
+def test_check_reference_takes_the_run_code_url_and_refuses_a_wrong_key(
+    reference_emulator: EmulatorServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check-reference", "--reference-url", reference_emulator.url + "/run_code", "--cases", "01_*"]) == 0
+    assert f"sandbox-fusion against {reference_emulator.url}: 1 ok" in capsys.readouterr().out
+    url = reference_emulator.url + "/api"
+    assert main(["check-reference", "--reference-url", url, "--service", "daytona", "--api-key", "wrong"]) == 2
+    err = capsys.readouterr().err
+    assert "the service refused the API key (401 Unauthorized) on its probe GET /sandbox?limit=1" in err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("version: 1\nsandbox-fusion: 5\n", "{path}: sandbox-fusion must be a list of cases, got int"),
+        ("version: 1\nsandboxfusion: []\n", "{path}: unknown key 'sandboxfusion' (expected: version, sandbox-fusion"),
+        ("version: 1\ncases: 5\n", "{path}: unknown key 'cases'"),
+        ("version: 2\nsandbox-fusion: []\n", "{path}: 'version' must be 1, got 2"),
+        ("version: 1\n", "{path}: the suite has no cases"),
+        ("version: 1\nsandbox-fusion: [5]\n", "{path}: sandbox-fusion case #1: expected a mapping, got int"),
+        ("version: 1\nsandbox-fusion:\n- {id: a, method: POST, path: /run_code, data: 5}\n", "'data' must be a string"),
+        ("version: 1\nsandbox-fusion:\n- {id: a, method: GET, path: /, normalize: x}\n", "normalize must be one of"),
+    ],
+)
+@pytest.mark.parametrize("command", ["record", "check-reference"])
+def test_a_malformed_suite_is_named_with_its_fault(
+    command: str, content: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    suite = tmp_path / "s.yaml"
+    suite.write_text(content)
+    args = [command, "--suite", str(suite)]
+    args += ["--target", "http://127.0.0.1:9", "--out", str(tmp_path)] if command == "record" else []
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message.format(path=suite) in err and "--cases" not in err and "Traceback" not in err
+
+
+def test_a_suite_without_the_service_s_cases_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    suite = tmp_path / "s.yaml"
+    suite.write_text("version: 1\nsandbox-fusion:\n- {id: ping, method: GET, path: /v1/ping}\n")
+    assert main(["check-reference", "--suite", str(suite), "--service", "daytona"]) == 2
+    assert f"{suite}: the suite has no daytona cases" in capsys.readouterr().err
+
+
+def test_a_service_without_a_snapshot_is_said_not_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _good_snapshot(tmp_path, "sandbox-fusion")
+    assert main(["check-reference", "--snapshots", str(tmp_path), "--cases", "01_*"]) == 0
+    out = capsys.readouterr().out
+    assert f"note: daytona not checked: no daytona.json snapshot in {tmp_path}" in out
+    assert out.rstrip().endswith("PASSED")
+    assert main(["check-reference", "--snapshots", str(tmp_path), "--cases", "01_*", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["unchecked"] == ["daytona"] and [s["service"] for s in report["services"]] == ["sandbox-fusion"]
+    assert main(["check-reference", "--snapshots", str(tmp_path), "--service", "daytona"]) == 2
+    assert f"no snapshot for daytona in {tmp_path}" in capsys.readouterr().err
