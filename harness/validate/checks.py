@@ -54,7 +54,7 @@ def check_entry(report: Report, entry: Entry, reward: str) -> None:
     _check_pairing(report, entry, parsed)
     if reward == "gsm8k" and _is_number(data.get("score")):
         _check_answer_format(report, entry)
-        if data.get("gts") is None or isinstance(data.get("gts"), str):
+        if "gts" in data and (data["gts"] is None or isinstance(data["gts"], str)):
             _check_score(report, entry)
     _check_num_turns(report, entry, parsed)
     records = data.get("tool_calls")
@@ -70,6 +70,22 @@ def _is_int(value: Any) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _as_float(value: int | float) -> float:
+    """``value`` as a float; an integer too large for one is infinite (a JSON integer has no size limit)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def _number_text(value: int | float) -> str:
+    """``value`` as ``:g`` shows it, or the size of an integer too large for that (``:g`` goes through a float)."""
+    try:
+        return f"{value:g}"
+    except OverflowError:
+        return f"an integer of {len(str(abs(value)))} digits"
 
 
 def _type(value: Any) -> str:
@@ -121,13 +137,12 @@ def _tool_calls_shape(value: Any) -> list[str]:
 
 
 def _check_step(report: Report, entry: Entry) -> None:
-    if entry.step is None or not _is_int(entry.data["step"]):
+    step = entry.data.get("step")  # missing or not an int: a schema violation already
+    if entry.step is None or not _is_int(step):
         return
     report.checked("step")
-    if entry.data["step"] != entry.step:
-        report.violation(
-            entry.file, entry.line, "step", f"step is {entry.data['step']} but the file is for step {entry.step}"
-        )
+    if step != entry.step:
+        report.violation(entry.file, entry.line, "step", f"step is {step} but the file is for step {entry.step}")
 
 
 def _check_call_format(report: Report, entry: Entry, parsed: ParsedOutput) -> None:
@@ -208,6 +223,7 @@ def _check_pairing(report: Report, entry: Entry, parsed: ParsedOutput) -> None:
 
 
 def _check_answer_format(report: Report, entry: Entry) -> None:
+    """Only for an entry whose ``output`` is a string and ``score`` a number (``check_entry`` makes sure)."""
     score = entry.data["score"]
     if not (score > 0):
         return
@@ -219,20 +235,26 @@ def _check_answer_format(report: Report, entry: Entry) -> None:
 
 
 def _check_score(report: Report, entry: Entry) -> None:
+    """Only for an entry with a string ``output``, a number ``score`` and a ``gts`` (``check_entry`` makes sure)."""
     gts = entry.data["gts"]
     if gts is None:
         report.note(entry.file, entry.line, "score", "gts is null: the score cannot be recomputed")
         return
     report.checked("score")
     expected = known.gsm8k_score()(entry.data["output"], gts)
-    score = float(entry.data["score"])
-    if not math.isclose(score, expected, rel_tol=0.0, abs_tol=1e-6):
+    score = entry.data["score"]
+    if not math.isclose(_as_float(score), expected, rel_tol=0.0, abs_tol=1e-6):
         report.violation(
-            entry.file, entry.line, "score", f"score is {score:g} but verl's GSM8K reward gives {expected:g}"
+            entry.file,
+            entry.line,
+            "score",
+            f"score is {_number_text(score)} but verl's GSM8K reward gives {expected:g}",
         )
     acc: Any = entry.data.get("acc")
-    if _is_number(acc) and not math.isclose(float(acc), expected, rel_tol=0.0, abs_tol=1e-6):
-        report.violation(entry.file, entry.line, "score", f"acc is {acc:g} but verl's GSM8K reward gives {expected:g}")
+    if _is_number(acc) and not math.isclose(_as_float(acc), expected, rel_tol=0.0, abs_tol=1e-6):
+        report.violation(
+            entry.file, entry.line, "score", f"acc is {_number_text(acc)} but verl's GSM8K reward gives {expected:g}"
+        )
 
 
 def _check_num_turns(report: Report, entry: Entry, parsed: ParsedOutput) -> None:
@@ -262,6 +284,7 @@ def executed_calls(parsed: ParsedOutput) -> list[ToolCall]:
 
 
 def _check_records(report: Report, entry: Entry, parsed: ParsedOutput, records: list[Any]) -> None:
+    """Only for ``records`` that passed the schema check: every key of ``TOOL_CALL_FIELDS`` there, of its type."""
     report.checked("tool_calls")
     calls = executed_calls(parsed)
     if len(calls) != len(records):

@@ -127,6 +127,9 @@ def _read_call(turn: int, index: int, raw: str) -> ToolCall:
     except ValueError as exc:
         call.error = f"not JSON ({exc})"
         return call
+    except RecursionError:  # verl's parser skips the block as well (it catches any exception)
+        call.error = "JSON nested too deeply to decode"
+        return call
     if not isinstance(value, dict):
         call.error = f"JSON {type(value).__name__}, not an object"
         return call

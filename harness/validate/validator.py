@@ -84,6 +84,9 @@ def _validate_file(report: Report, file: Path, reward: str) -> None:
         except (UnicodeDecodeError, ValueError) as exc:
             report.violation(name, number, "json", f"not JSON: {exc}")
             continue
+        except RecursionError:  # legal JSON, but nested deeper than Python's decoder goes
+            report.violation(name, number, "json", "nested too deeply to decode")
+            continue
         if not isinstance(data, dict):
             report.violation(name, number, "json", f"a JSON {type(data).__name__}, not an object")
             continue
