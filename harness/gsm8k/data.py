@@ -102,11 +102,21 @@ def load_problems(path: str | Path, *, limit: int | None = None) -> list[Problem
     source = Path(path)
     if limit is not None and limit < 0:
         raise DataError(f"{source}: limit must be >= 0, got {limit}")
+    if _is_dir(source):  # before the suffix: a directory has none worth naming
+        raise DataError(f"{source} is a directory")
     if source.suffix == ".jsonl":
         return _load_jsonl(source, limit, split=_split_from_name(source))
     if source.suffix == ".parquet":
         return _load_parquet(source, limit)
     raise DataError(f"{source}: unknown file type {source.suffix!r}; expected .jsonl (raw GSM8K) or .parquet (verl)")
+
+
+def _is_dir(path: Path) -> bool:
+    """``path.is_dir()``, False where it cannot be looked at (reading it then says why)."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
 
 
 def _split_from_name(path: Path) -> str:
@@ -254,21 +264,41 @@ def write_verl_parquet(problems: Sequence[Problem], path: str | Path) -> Path:
 
 
 def convert_jsonl_to_parquet(src: str | Path, dst: str | Path, *, split: str = "test", limit: int | None = None) -> int:
-    """Convert raw GSM8K JSONL to verl parquet with the given split; returns the number of rows written."""
+    """Convert raw GSM8K JSONL to verl parquet with the given split; returns the number of rows written (at least
+    one: an empty parquet is no data set, and a rollout on it fails later)."""
     source = Path(src)
+    if _is_dir(source):
+        raise DataError(f"{source} is a directory")
     if source.suffix != ".jsonl":
         raise DataError(f"{source}: expected raw GSM8K JSONL (.jsonl), got {source.suffix or 'no suffix'!r}")
-    if Path(dst).suffix != ".parquet":
-        raise DataError(f"{dst}: the output must be a .parquet file")
-    problems = [replace(p, split=split) for p in _load_jsonl(source, _checked_limit(source, limit), split=split)]
+    if limit is not None and limit < 1:
+        raise DataError(f"limit must be >= 1, got {limit}")
+    problem = _output_problem(Path(dst))
+    if problem is not None:  # found before the input is read, and nothing is created
+        raise DataError(problem)
+    problems = [replace(p, split=split) for p in _load_jsonl(source, limit, split=split)]
+    if not problems:
+        raise DataError(f"no problems in {source}")
     write_verl_parquet(problems, dst)
     return len(problems)
 
 
-def _checked_limit(source: Path, limit: int | None) -> int | None:
-    if limit is not None and limit < 0:
-        raise DataError(f"{source}: limit must be >= 0, got {limit}")
-    return limit
+def _output_problem(target: Path) -> str | None:
+    """Why the parquet cannot be written at ``target``, or None. Missing directories are allowed (the write makes
+    them); a file where one should be is not (``mkdir`` would say only "File exists")."""
+    from harness.outputs import file_problem
+
+    if target.suffix != ".parquet":
+        return f"{target}: the output must be a .parquet file"
+    try:
+        if target.is_dir():
+            return f"{target} is a directory"
+        existing = next(parent for parent in target.parents if parent.exists() or parent == parent.parent)
+        if not existing.is_dir():
+            return f"{target}: {existing} is not a directory"
+        return file_problem(target, "output") if existing == target.parent else None
+    except OSError as exc:  # a directory on the way that cannot be looked into
+        return f"{target}: cannot write there: {exc.strerror or exc}"
 
 
 def register_cli(sub: Any) -> None:
@@ -287,6 +317,9 @@ def register_cli(sub: Any) -> None:
 
 
 def _convert_command(args: argparse.Namespace) -> int:
+    if args.limit is not None and args.limit < 1:
+        print(f"error: --limit must be >= 1, got {args.limit}", file=sys.stderr)
+        return 2
     try:
         count = convert_jsonl_to_parquet(args.input, args.output, split=args.split, limit=args.limit)
     except DataError as exc:

@@ -10,24 +10,30 @@ from typing import Any, TextIO
 
 
 def parse_latency(text: str) -> Any:
-    """``fixed:0.2`` | ``lognormal:P50,P99`` | ``pareto:SCALE,ALPHA[,CAP]`` -> a fault-plan latency spec."""
+    """``fixed:0.2`` | ``lognormal:P50,P99`` | ``pareto:SCALE,ALPHA[,CAP]`` -> a fault-plan latency spec; ValueError
+    (the reason, without the option) for anything else. A Pareto without CAP is capped at the longest delay allowed:
+    its tail is unbounded, and one draw could stall the run for hours."""
+    from harness.rollout.job import MAX_LATENCY_S, latency_problem
+
     kind, _, args = text.partition(":")
     try:
         values = [float(v) for v in args.split(",")] if args else []
     except ValueError:
-        raise argparse.ArgumentTypeError(f"latency numbers must be numbers: {text!r}") from None
+        raise ValueError("latency numbers must be numbers") from None
+    spec: dict[str, Any]
     if kind == "fixed" and len(values) == 1:
-        return {"fixed": values[0]}
-    if kind == "lognormal" and len(values) == 2:
-        return {"lognormal": {"p50": values[0], "p99": values[1]}}
-    if kind == "pareto" and len(values) in (2, 3):
-        spec: dict[str, float] = {"scale": values[0], "alpha": values[1]}
-        if len(values) == 3:
-            spec["cap"] = values[2]
-        return {"pareto": spec}
-    raise argparse.ArgumentTypeError(
-        f"bad latency model {text!r}: use fixed:SECONDS, lognormal:P50,P99 or pareto:SCALE,ALPHA[,CAP]"
-    )
+        spec = {"fixed": values[0]}
+    elif kind == "lognormal" and len(values) == 2:
+        spec = {"lognormal": {"p50": values[0], "p99": values[1]}}
+    elif kind == "pareto" and len(values) in (2, 3):
+        cap = values[2] if len(values) == 3 else max(MAX_LATENCY_S, values[0])  # a larger scale: its own error
+        spec = {"pareto": {"scale": values[0], "alpha": values[1], "cap": cap}}
+    else:
+        raise ValueError("bad latency model: use fixed:SECONDS, lognormal:P50,P99 or pareto:SCALE,ALPHA[,CAP]")
+    problem = latency_problem(spec)
+    if problem is not None:
+        raise ValueError(problem)
+    return spec
 
 
 class ProgressBar:
@@ -84,8 +90,15 @@ def summary_lines(result: Any) -> list[str]:
 
 
 def _options(args: argparse.Namespace) -> Any:
-    from harness.rollout.job import RolloutOptions
+    """The job's options from the command line; RolloutError for a bad ``--latency`` or a lone ``--llm-model``."""
+    from harness.rollout.job import RolloutError, RolloutOptions
 
+    if args.llm_model is not None and not args.llm_url:  # the scripted policy has no model name to send
+        raise RolloutError("--llm-model needs --llm-url (the model name is sent to that server)")
+    try:
+        latency = parse_latency(args.latency) if args.latency is not None else None
+    except ValueError as exc:
+        raise RolloutError(f"--latency {args.latency!r}: {exc}") from None
     return RolloutOptions(
         data=Path(args.data) if args.data else None,
         backend=args.backend,
@@ -98,9 +111,9 @@ def _options(args: argparse.Namespace) -> Any:
         seed=args.seed,
         rate_limit=args.rate_limit,
         generation_latency=args.generation_latency,
-        tool_latency=args.latency,
+        tool_latency=latency,
         llm_url=args.llm_url,
-        llm_model=args.llm_model,
+        llm_model=args.llm_model or "default",
         python_mode=args.python_mode,
     )
 
@@ -109,12 +122,17 @@ def run(args: argparse.Namespace) -> int:
     from harness.outputs import dir_problem, file_problem, write_text
     from harness.rollout.job import RolloutError, run_rollout
 
+    try:
+        options = _options(args)
+        options.check()  # before --out is made: a bad option or an unreachable --llm-url creates nothing
+    except RolloutError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     problem = dir_problem(args.out, "--out") or (file_problem(args.json, "--json") if args.json else None)
     if problem:  # found out before the rollout, not after
         print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
-        options = _options(args)
         result = run_rollout(options, progress=None if args.quiet else ProgressBar())
     except RolloutError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -164,7 +182,7 @@ def result_json(result: Any, valid: bool) -> dict[str, Any]:
 
 def register_cli(sub: Any) -> None:
     """Add ``rollout`` to the ``sandbox-emulator`` subcommands."""
-    from harness.rollout.job import BACKENDS, MODES
+    from harness.rollout.job import BACKENDS, MAX_LATENCY_S, MODES
 
     parser = sub.add_parser(
         "rollout",
@@ -181,11 +199,19 @@ def register_cli(sub: Any) -> None:
     parser.add_argument("--seed", type=int, default=0, help="problem order and variant mix (default: 0)")
     parser.add_argument("--rate-limit", type=int, help="the tool's in-flight cap (default: the tool config's)")
     parser.add_argument(
-        "--latency", type=parse_latency, help="tool latency: fixed:S, lognormal:P50,P99, pareto:S,A[,CAP]"
+        "--latency",
+        metavar="MODEL",
+        help=f"tool latency, seconds up to {MAX_LATENCY_S:g}: fixed:S, lognormal:P50,P99, pareto:S,A[,CAP] "
+        f"(CAP default {MAX_LATENCY_S:g})",
     )
-    parser.add_argument("--generation-latency", type=float, default=0.0, help="seconds per model turn (default: 0)")
+    parser.add_argument(
+        "--generation-latency",
+        type=float,
+        default=0.0,
+        help=f"seconds per model turn, up to {MAX_LATENCY_S:g} (default: 0)",
+    )
     parser.add_argument("--llm-url", help="an OpenAI-compatible server to use as the policy instead of the script")
-    parser.add_argument("--llm-model", default="default", help="model name sent to --llm-url")
+    parser.add_argument("--llm-model", help="model name sent to --llm-url (default: default)")
     parser.add_argument("--python-mode", choices=("fast", "faithful"), help="the emulator's Python path")
     parser.add_argument("--json", metavar="FILE", help="also write the summary's figures as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")

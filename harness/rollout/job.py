@@ -23,14 +23,23 @@ from typing import Any, Protocol
 import yaml
 
 from emulator.app import Emulator
-from emulator.faults import load_plan
+from emulator.faults import (
+    FaultPlanError,
+    FixedLatency,
+    LatencySpec,
+    LognormalLatency,
+    ParetoLatency,
+    UniformLatency,
+    load_plan,
+)
+from emulator.faults.plan import parse_latency
 from emulator.server import EmulatorServer, quiet_reset_log
 from harness.gsm8k.data import BUNDLED_PROBLEMS, Problem, load_problems, prompt_messages
 from harness.gsm8k.policy import ScriptedGSM8KPolicy, choose_variant, final_turn, run_offline
 from harness.rollout.dump import build_entries, decode_sample, write_step
 from harness.rollout.lockstep import TRAJECTORY_INDEX, LockstepServerManager, TurnBarrier
 from harness.rollout.recording import CallLog, RecordingTool, ToolCallRecord
-from harness.urls import url_problem
+from harness.urls import unreachable, url_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL_CONFIGS = {
@@ -41,6 +50,9 @@ BACKENDS = tuple(TOOL_CONFIGS)
 MODES = ("async", "sync")
 DATA_SOURCE = "openai/gsm8k"
 RUN_CODE_ROUTE = "sandbox_fusion.run_code"
+#: The most seconds a model turn (``--generation-latency``) or a tool call (``--latency``) may be made to wait, as
+#: bench's ``--fixed-latency-ms`` caps it: more is a typo (milliseconds for seconds), and the run would seem to hang.
+MAX_LATENCY_S = 60.0
 
 
 class RolloutError(RuntimeError):
@@ -84,13 +96,50 @@ class RolloutOptions:
             raise RolloutError(f"--rate-limit must be at least 1, got {self.rate_limit}")
         if self.step < 0:
             raise RolloutError(f"--step must be 0 or more (the trainer's step number), got {self.step}")
-        if not (math.isfinite(self.generation_latency) and self.generation_latency >= 0):
-            raise RolloutError(f"--generation-latency must be 0 or more seconds, got {self.generation_latency}")
-        problem = url_problem(self.llm_url) if self.llm_url else None
+        if not (math.isfinite(self.generation_latency) and 0 <= self.generation_latency <= MAX_LATENCY_S):
+            raise RolloutError(
+                f"--generation-latency must be between 0 and {MAX_LATENCY_S:g} seconds, got {self.generation_latency}"
+            )
+        problem = latency_problem(self.tool_latency) if self.tool_latency is not None else None
         if problem is not None:
-            raise RolloutError(f"--llm-url: {problem}")
+            raise RolloutError(f"--latency {self.tool_latency!r}: {problem}")
         if self.data is not None and not Path(self.data).exists():
             raise RolloutError(f"data file not found: {self.data}")
+        if self.data is not None and Path(self.data).is_dir():
+            raise RolloutError(f"--data {self.data} is a directory, not a GSM8K .jsonl or .parquet file")
+        # last: the only check that waits (up to 5 s on a host that drops packets)
+        problem = (url_problem(self.llm_url) or unreachable(self.llm_url)) if self.llm_url else None
+        if problem is not None:  # one line now, not a failed trajectory per problem and a dump of failures
+            raise RolloutError(f"--llm-url: {problem}")
+
+
+def latency_problem(spec: Any) -> str | None:
+    """Why ``spec`` (fault-plan latency syntax, e.g. ``{"fixed": 0.2}``) cannot be the tool's extra latency, or None.
+
+    The emulator's own parser judges the model; its delays (not a Pareto's shape) may not exceed ``MAX_LATENCY_S``.
+    """
+    try:
+        parsed = parse_latency(spec, "latency")
+    except FaultPlanError as exc:
+        field = ".".join(exc.path.split(".")[2:])  # "latency.pareto.alpha" -> "alpha"
+        return f"{field}: {exc.message}" if field else exc.message
+    longest = max(_latency_seconds(parsed))
+    if longest > MAX_LATENCY_S:
+        return f"delays must be at most {MAX_LATENCY_S:g} seconds, got {longest:g}"
+    return None
+
+
+def _latency_seconds(parsed: LatencySpec) -> list[float]:
+    """The delays a latency model is given in seconds (a ramp's or a Pareto's other numbers are not delays)."""
+    if isinstance(parsed, FixedLatency):
+        return [parsed.seconds]
+    if isinstance(parsed, UniformLatency):
+        return [parsed.low, parsed.high]
+    if isinstance(parsed, LognormalLatency):
+        return [parsed.p50, parsed.p99]
+    if isinstance(parsed, ParetoLatency):
+        return [parsed.scale] if parsed.cap is None else [parsed.scale, parsed.cap]
+    return [parsed.start_value, parsed.end_value]  # a ramp
 
 
 @dataclass

@@ -242,3 +242,54 @@ def test_cli_reports_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "must be a .parquet file" in capsys.readouterr().err
     assert _cli(["gsm8k-convert", str(tmp_path / "none.jsonl"), str(out)]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", ["", "\n\n", "   \n"])
+def test_converting_no_problems_is_an_error_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str
+) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text(content)
+    out = tmp_path / "e.parquet"
+    assert _cli(["gsm8k-convert", str(empty), str(out)]) == 2
+    assert capsys.readouterr().err == f"error: no problems in {empty}\n"
+    assert not out.exists()
+    with pytest.raises(DataError, match="no problems in"):
+        convert_jsonl_to_parquet(empty, out)
+
+
+@pytest.mark.parametrize("limit", ["0", "-1"])
+def test_convert_limit_must_be_at_least_one(tmp_path: Path, capsys: pytest.CaptureFixture[str], limit: str) -> None:
+    from harness.gsm8k import BUNDLED_PROBLEMS
+
+    out = tmp_path / "e.parquet"
+    assert _cli(["gsm8k-convert", str(BUNDLED_PROBLEMS), str(out), "--limit", limit]) == 2
+    assert capsys.readouterr().err == f"error: --limit must be >= 1, got {limit}\n"
+    assert not out.exists()
+    with pytest.raises(DataError, match="limit must be >= 1, got 0"):
+        convert_jsonl_to_parquet(BUNDLED_PROBLEMS, out, limit=0)
+
+
+def test_convert_paths_that_are_or_lack_directories(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.gsm8k import BUNDLED_PROBLEMS
+
+    source = str(BUNDLED_PROBLEMS)
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    for output in (blocker / "x.parquet", blocker / "a" / "b" / "x.parquet"):
+        assert _cli(["gsm8k-convert", source, str(output)]) == 2
+        err = capsys.readouterr().err
+        assert err == f"error: {output}: {blocker} is not a directory\n", err
+    assert blocker.read_text() == "not a directory"
+    (tmp_path / "d.parquet").mkdir()
+    assert _cli(["gsm8k-convert", source, str(tmp_path / "d.parquet")]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / 'd.parquet'} is a directory\n"
+    assert _cli(["gsm8k-convert", str(tmp_path), str(tmp_path / "o.parquet")]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path} is a directory\n"
+    with pytest.raises(DataError, match=r" is a directory$"):
+        load_problems(tmp_path)
+    # a missing directory is still made, as before
+    nested = tmp_path / "new" / "sub" / "x.parquet"
+    assert _cli(["gsm8k-convert", source, str(nested), "--limit", "2"]) == 0
+    assert len(load_problems(nested)) == 2
+    assert sorted(p.name for p in tmp_path.glob("*.parquet")) == ["d.parquet"]  # nothing written on an error

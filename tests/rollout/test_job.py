@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,8 @@ import pytest
 pytest.importorskip("verl", reason="needs the [verl] extra")
 
 from harness.cli import main as cli_main
-from harness.rollout.job import RolloutOptions, RolloutResult, run_rollout
+from harness.rollout.command import parse_latency
+from harness.rollout.job import MAX_LATENCY_S, RolloutError, RolloutOptions, RolloutResult, run_rollout
 from harness.validate import validate_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,9 +117,19 @@ def test_cli_runs_summarises_and_validates(tmp_path: Path, capsys: pytest.Captur
         (["--faults", "no-such-profile"], "fault plan"),
         (["--latency", "gaussian:1"], "bad latency model"),
         (["--step", "-1"], "--step must be 0 or more"),
-        (["--generation-latency", "-0.5"], "--generation-latency must be 0 or more seconds"),
-        (["--generation-latency", "nan"], "--generation-latency must be 0 or more seconds"),
+        (["--generation-latency", "-0.5"], "--generation-latency must be between 0 and 60 seconds, got -0.5"),
+        (["--generation-latency", "nan"], "--generation-latency must be between 0 and 60 seconds"),
+        (["--generation-latency", "1e9"], "--generation-latency must be between 0 and 60 seconds, got 1000000000.0"),
         (["--llm-url", "localhost:8000/v1"], "is not an http(s) URL with a host"),
+        (["--latency", "fixed:-1"], "error: --latency 'fixed:-1': expected a number >= 0.0, got -1.0"),
+        (["--latency", "fixed:nan"], "error: --latency 'fixed:nan': expected a finite number, got nan"),
+        (["--latency", "lognormal:2,1"], "error: --latency 'lognormal:2,1': p99 (1.0) must be >= p50 (2.0)"),
+        (["--latency", "pareto:1,0"], "error: --latency 'pareto:1,0': alpha: expected a number > 0, got 0.0"),
+        (["--latency", "fixed:1e9"], "error: --latency 'fixed:1e9': delays must be at most 60 seconds, got 1e+09"),
+        (["--latency", "lognormal:1,61"], "--latency 'lognormal:1,61': delays must be at most 60 seconds, got 61"),
+        (["--latency", "pareto:1,2,100"], "--latency 'pareto:1,2,100': delays must be at most 60 seconds, got 100"),
+        (["--latency", "fixed:x"], "error: --latency 'fixed:x': latency numbers must be numbers"),
+        (["--llm-model", "foo"], "error: --llm-model needs --llm-url"),
     ],
 )
 def test_cli_bad_input_is_a_clear_error(
@@ -131,6 +143,53 @@ def test_cli_bad_input_is_a_clear_error(
     assert code == 2
     assert message in captured.err
     assert "Traceback" not in captured.err
+    assert not list(tmp_path.iterdir())  # found before anything is written
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def test_unreachable_llm_url_is_one_error_and_nothing_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    out = tmp_path / "dump"
+    out.mkdir()
+    (out / "1.jsonl").write_text("the previous dump\n")
+    assert cli_main(["rollout", "--out", str(out), "--quiet", "--llm-url", url, "--llm-model", "m"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: --llm-url: cannot connect to 127.0.0.1:") and captured.out == ""
+    assert (out / "1.jsonl").read_text() == "the previous dump\n"
+    assert cli_main(["rollout", "--out", str(tmp_path / "new"), "--quiet", "--llm-url", url]) == 2
+    assert not (tmp_path / "new").exists()
+    with pytest.raises(RolloutError, match="--llm-url: cannot connect to"):
+        run_rollout(RolloutOptions(trajectories=1, out=tmp_path / "lib", llm_url=url))
+    assert not (tmp_path / "lib").exists()
+
+
+def test_data_that_is_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["rollout", "--out", str(tmp_path / "out"), "--quiet", "--data", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"error: --data {tmp_path} is a directory, not a GSM8K .jsonl or .parquet file\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_latency_models_and_their_bounds() -> None:
+    assert parse_latency("fixed:0.2") == {"fixed": 0.2}
+    assert parse_latency("lognormal:0.1,1") == {"lognormal": {"p50": 0.1, "p99": 1.0}}
+    assert parse_latency("pareto:0.05,1.5,5") == {"pareto": {"scale": 0.05, "alpha": 1.5, "cap": 5.0}}
+    # an unbounded tail gets the longest delay allowed as its cap
+    assert parse_latency("pareto:0.05,1.5") == {"pareto": {"scale": 0.05, "alpha": 1.5, "cap": MAX_LATENCY_S}}
+    assert parse_latency(f"fixed:{MAX_LATENCY_S}") == {"fixed": MAX_LATENCY_S}
+    # the library's options are held to the same bounds
+    with pytest.raises(RolloutError, match=r"--latency \{'fixed': 61\}: delays must be at most 60 seconds, got 61"):
+        RolloutOptions(tool_latency={"fixed": 61}).check()
+    with pytest.raises(RolloutError, match="--generation-latency must be between 0 and 60 seconds, got 61"):
+        RolloutOptions(generation_latency=61).check()
 
 
 @pytest.mark.slow
@@ -151,7 +210,7 @@ def test_real_gsm8k_test_split_reaches_the_offline_ceiling(tmp_path: Path) -> No
     ("argv", "message"),
     [
         (["--trajectories", "0"], "--trajectories must be at least 1, got 0"),
-        (["--generation-latency", "-1"], "--generation-latency must be 0 or more seconds"),
+        (["--generation-latency", "-1"], "--generation-latency must be between 0 and 60 seconds"),
     ],
 )
 def test_bench_modes_bad_input_is_a_clear_error(
