@@ -65,6 +65,9 @@ class Emulator:
     def __init__(
         self, config: EmulatorConfig | None = None, *, faults: PlanSpec = None, clock: Clock | None = None
     ) -> None:
+        if config is not None and not isinstance(config, EmulatorConfig):
+            hint = " (a fault plan or profile goes in faults=...)" if isinstance(config, str | Mapping) else ""
+            raise TypeError(f"Emulator's config must be an EmulatorConfig, got {type(config).__name__}{hint}")
         self.config = config or EmulatorConfig()
         self.clock: Clock = clock if clock is not None else RealClock()
         self.engine = FaultEngine(_to_plan(faults), clock=self.clock)

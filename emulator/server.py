@@ -85,6 +85,8 @@ class EmulatorServer:
     """
 
     def __init__(self, emulator: Emulator | None = None, host: str = LOOPBACK, port: int = 0) -> None:
+        if emulator is not None and not isinstance(emulator, Emulator):
+            raise TypeError(f"EmulatorServer takes an Emulator (or None), got {type(emulator).__name__}")
         self.emulator = emulator if emulator is not None else Emulator()
         self._sock = bind_socket(host, port)
         self.host = host

@@ -52,6 +52,15 @@ class ExecutorConfig:
     # ``start_gate``); beyond this many, a run waits first and forks after.  0 turns it off.
     ready_in_latency: int = 128
 
+    def __post_init__(self) -> None:
+        """Refuse what would only fail later, request by request (or run unnoticed as something else)."""
+        if self.python_mode not in ("fast", "faithful"):
+            raise ValueError(f"python_mode must be 'fast' or 'faithful', got {self.python_mode!r}")
+        for name in ("sandbox_uid_count", "max_processes", "max_address_space_mb", "max_file_size_mb"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer of at least 1, got {value!r}")
+
 
 @dataclass(frozen=True)
 class WorkdirSetup:
