@@ -230,6 +230,13 @@ def main(args: argparse.Namespace) -> int:
         print(f"sandbox-emulator check-reference: --reference-url: {problem}", file=sys.stderr)
         return 2
     service = args.service or ("sandbox-fusion" if args.reference_url else "all")
+    if args.api_key is not None and not (args.reference_url and service == "daytona"):
+        print(
+            "sandbox-emulator check-reference: --api-key is for a live Daytona (--reference-url with --service "
+            "daytona); the emulator uses its own",
+            file=sys.stderr,
+        )
+        return 2
     services = list(SERVICES) if service == "all" else [service]
     try:
         registry = load_registry(args.registry)

@@ -95,6 +95,12 @@ def main(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"sandbox-emulator record: --target: {problem}", file=sys.stderr)
         return 2
+    if args.api_key is not None and args.service != "daytona":
+        print(
+            "sandbox-emulator record: --api-key is Daytona's (--service daytona); Sandbox Fusion takes none",
+            file=sys.stderr,
+        )
+        return 2
     target = Target(args.service, base_url(args.service, args.target), args.api_key)
     path = snapshot_path(args.out, args.service)
     try:

@@ -144,6 +144,8 @@ def run_grpo_job(options: GRPOJobOptions, progress: StepProgress | None = None) 
     from daytona import DaytonaConfig
 
     started = time.monotonic()
+    if options.api_key is not None and options.api_url is None:
+        raise GRPOJobError("--api-key goes with --api-url (the embedded emulator has its own key)")
     if options.api_url is not None:
         if options.faults is not None:
             raise GRPOJobError("fault plans apply to the embedded emulator only, not to --api-url")

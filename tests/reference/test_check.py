@@ -23,13 +23,21 @@ def _empty_registry(tmp_path: Path) -> Path:
     return path
 
 
+def test_an_api_key_where_no_key_is_taken_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["record", "--target", "http://127.0.0.1:9", "--api-key", "k", "--out", "unused"]) == 2
+    assert "--api-key is Daytona's" in capsys.readouterr().err
+    assert main(["check-reference", "--api-key", "k"]) == 2  # the emulator has its own key
+    assert "--api-key is for a live Daytona" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("service", ["sandbox-fusion", "daytona"])
 def test_recording_the_emulator_then_checking_it_finds_no_difference(
     service: str, reference_emulator: EmulatorServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = reference_emulator.url + ("/api" if service == "daytona" else "")
     key = reference_emulator.emulator.config.daytona.api_key
-    assert main(["record", "--target", url, "--service", service, "--api-key", key, "--out", str(tmp_path)]) == 0
+    auth = ["--api-key", key] if service == "daytona" else []  # Sandbox Fusion takes no key
+    assert main(["record", "--target", url, "--service", service, *auth, "--out", str(tmp_path)]) == 0
     recorded = json.loads((tmp_path / f"{service}.json").read_text())
     assert all("body" in c for c in recorded["cases"].values())
     capsys.readouterr()

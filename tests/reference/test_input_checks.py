@@ -58,7 +58,8 @@ def test_record_refuses_a_wrong_base_url(
     before = _good_snapshot(tmp_path, service)
     key = reference_emulator.emulator.config.daytona.api_key
     target = reference_emulator.url + "/nope"
-    args = ["record", "--target", target, "--service", service, "--api-key", key, "--out", str(tmp_path)]
+    auth = ["--api-key", key] if service == "daytona" else []
+    args = ["record", "--target", target, "--service", service, *auth, "--out", str(tmp_path)]
     assert main(args) == 2
     err = capsys.readouterr().err
     assert f"{probe.format(url=reference_emulator.url)} answered 404 Not Found: is {target} the base URL?" in err

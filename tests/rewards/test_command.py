@@ -50,6 +50,7 @@ def test_grpo_command_trains_and_reports(tmp_path: Path, capsys: pytest.CaptureF
         (["--api-url", "http://127.0.0.1:9/api"], "needs an API key"),
         (["--api-url", "127.0.0.1:9/api", "--api-key", "k"], "--api-url: '127.0.0.1:9/api' is not an http(s) URL"),
         (["--api-url", "http://127.0.0.1:9/api", "--api-key", "k", "--faults", "flaky"], "embedded emulator only"),
+        (["--api-key", "k"], "--api-key goes with --api-url"),
     ],
 )
 def test_grpo_command_bad_options_are_clear_errors(
