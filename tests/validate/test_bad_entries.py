@@ -6,7 +6,6 @@ without an exception, whatever it holds.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import tempfile
@@ -17,20 +16,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.validate import Report, register_cli, validate_dir
+from harness.cli import main as run  # the command line as users run it
+from harness.validate import Report, validate_dir
 
 #: ``--reward gsm8k`` scores with verl; without the extra only ``none`` can run every check.
 REWARDS_HERE = ["none", "gsm8k"] if importlib.util.find_spec("verl") is not None else ["none"]
 REQUIRED = ("input", "output", "gts", "score", "step")
 GOOD = {"input": "What is 1 + 2?", "output": "3\n#### 3", "gts": "3", "score": 1.0, "step": 1}
-
-
-def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="sandbox-emulator")
-    register_cli(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    status: int = args.func(args)
-    return status
 
 
 def dump(directory: Path, *lines: str) -> Path:
