@@ -287,6 +287,10 @@ class WindowLimit:
 Limit = ConcurrencyLimit | TokenBucketLimit | WindowLimit
 
 
+#: Why an empty plan file (or a bare ``null``) is refused: it is more often a mistake than a wish for no faults.
+_EMPTY_PLAN = "the plan is empty; write {} (or use the 'calm' profile) for a plan with no faults"
+
+
 @dataclass(frozen=True)
 class FaultPlan:
     """A seed plus ordered rules and limits. Build with ``from_dict``/``from_yaml``/``from_file``."""
@@ -309,13 +313,15 @@ class FaultPlan:
         except yaml.YAMLError as exc:
             raise FaultPlanError("<yaml>", f"not valid YAML: {exc}") from None
         if data is None:
-            data = {}
+            raise FaultPlanError("<yaml>", _EMPTY_PLAN)
         return _parse_plan(data)
 
     @classmethod
     def from_file(cls, path: str | Path) -> FaultPlan:
         """Load a ``.yaml``/``.yml``/``.json`` file."""
         p = Path(path)
+        if p.is_dir():
+            raise FaultPlanError(str(p), "is a directory, not a plan file")
         try:
             text = p.read_text(encoding="utf-8")
         except OSError as exc:
@@ -325,6 +331,8 @@ class FaultPlan:
                 data = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise FaultPlanError(str(p), f"not valid JSON: {exc}") from None
+            if data is None:
+                raise FaultPlanError(str(p), _EMPTY_PLAN)
             return _parse_plan(data)
         try:
             return cls.from_yaml(text)

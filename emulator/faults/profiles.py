@@ -7,6 +7,7 @@ checked to be equal to them.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -206,7 +207,7 @@ def load_plan(spec: str | Path | Mapping[str, Any] | FaultPlan | None, *, seed: 
     elif isinstance(spec, str):
         if spec in PROFILES:
             plan = FaultPlan.from_dict(PROFILES[spec])
-        elif Path(spec).suffix.lower() in (".yaml", ".yml", ".json") or Path(spec).is_file():
+        elif Path(spec).suffix.lower() in (".yaml", ".yml", ".json") or Path(spec).exists() or os.sep in spec:
             plan = FaultPlan.from_file(spec)
         else:
             raise FaultPlanError(

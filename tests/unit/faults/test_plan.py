@@ -20,6 +20,7 @@ from emulator.faults import (
     ParetoLatency,
     TokenBucketLimit,
     UniformLatency,
+    load_plan,
 )
 from emulator.faults.plan import parse_ranges
 
@@ -88,7 +89,9 @@ rules:
     j = tmp_path / "p.json"
     j.write_text(json.dumps(plan.to_dict()))
     assert FaultPlan.from_file(j) == plan
-    assert FaultPlan.from_yaml("") == FaultPlan()
+    assert FaultPlan.from_yaml("{}") == FaultPlan()
+    with pytest.raises(FaultPlanError, match="the plan is empty"):
+        FaultPlan.from_yaml("")
 
 
 @pytest.mark.parametrize(
@@ -211,3 +214,30 @@ def test_fuzzed_plans_fail_only_with_fault_plan_error(rule: dict[str, Any], limi
         assert exc.path
     else:
         assert FaultPlan.from_dict(plan.to_dict()) == plan
+
+
+@pytest.mark.parametrize(
+    ("name", "text"), [("plan.yaml", ""), ("plan.yaml", "# only a comment\n"), ("plan.json", "null")]
+)
+def test_an_empty_plan_file_is_refused(tmp_path: Path, name: str, text: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(FaultPlanError, match=r"the plan is empty; write \{\}"):
+        FaultPlan.from_file(path)
+    with pytest.raises(FaultPlanError, match="the plan is empty"):
+        load_plan(str(path))
+
+
+def test_an_empty_mapping_is_a_plan_without_faults(tmp_path: Path) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_text("{}\n")
+    assert FaultPlan.from_file(path) == FaultPlan()
+
+
+def test_a_directory_is_not_taken_for_a_profile_name(tmp_path: Path) -> None:
+    with pytest.raises(FaultPlanError, match="is a directory, not a plan file"):
+        load_plan(str(tmp_path))
+    with pytest.raises(FaultPlanError, match="cannot read plan file"):
+        load_plan(str(tmp_path / "missing"))
+    with pytest.raises(FaultPlanError, match="unknown fault profile 'missing'"):
+        load_plan("missing")
