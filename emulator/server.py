@@ -164,7 +164,13 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+#: Wildcard bind addresses, and the loopback address a client on this machine reaches them by.
+_REACHABLE_AS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}
+
+
 def base_url(host: str, port: int) -> str:
+    """The URL a client on this machine uses for a server bound to ``host:port`` (a wildcard bind is the loopback)."""
+    host = _REACHABLE_AS.get(host, host)
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 

@@ -60,6 +60,12 @@ class ExecutorConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer of at least 1, got {value!r}")
+        if not (isinstance(self.python, str) and os.path.isfile(self.python) and os.access(self.python, os.X_OK)):
+            from_env = self.python == os.environ.get("SANDBOX_EMULATOR_PYTHON")
+            source = " (from $SANDBOX_EMULATOR_PYTHON)" if from_env else ""
+            raise ValueError(f"python {self.python!r}{source} is not an executable file")
+        if self.temp_root is not None and not (isinstance(self.temp_root, str) and os.path.isdir(self.temp_root)):
+            raise ValueError(f"temp_root {self.temp_root!r} is not a directory")
 
 
 @dataclass(frozen=True)

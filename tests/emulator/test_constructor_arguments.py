@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,8 +31,26 @@ def test_emulator_server_takes_an_emulator() -> None:
         ({"max_processes": 0}, "max_processes must be an integer of at least 1, got 0"),
         ({"max_file_size_mb": 1.5}, "max_file_size_mb must be an integer of at least 1"),
         ({"sandbox_uid_count": True}, "sandbox_uid_count must be an integer of at least 1"),
+        ({"python": "/nonexistent/python3"}, "python '/nonexistent/python3' is not an executable file"),
+        ({"temp_root": "/nonexistent"}, "temp_root '/nonexistent' is not a directory"),
     ],
 )
 def test_executor_config_refuses_what_would_fail_later(arguments: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ExecutorConfig(**arguments)
+
+
+def test_a_bad_python_from_the_environment_is_named_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SANDBOX_EMULATOR_PYTHON", "/nonexistent/python3")
+    with pytest.raises(ValueError, match=r"from \$SANDBOX_EMULATOR_PYTHON\) is not an executable file"):
+        ExecutorConfig()
+
+
+def test_a_plain_file_is_neither_a_python_nor_a_temp_root(tmp_path: Path) -> None:
+    plain = tmp_path / "notes.txt"
+    plain.write_text("not a program")
+    plain.chmod(0o644)
+    with pytest.raises(ValueError, match="is not an executable file"):
+        ExecutorConfig(python=str(plain))
+    with pytest.raises(ValueError, match="is not a directory"):
+        ExecutorConfig(temp_root=str(plain))
