@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -33,6 +34,8 @@ from .report import code_digest
 from .sandboxes import Sandbox, SandboxStore
 from .throttle import Throttlers, Verdict
 from .toolbox import CommandTimeout, Toolbox, delete_path
+
+_log = logging.getLogger(__name__)
 
 ExecutorGetter = Callable[[], Awaitable[Executor]]
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -212,6 +215,9 @@ class DaytonaService:
                         response = json_response(payload)
                     except ApiError as exc:
                         response = api_error(exc.status, exc.message, path, code=exc.code)
+                    except Exception:  # a bug of ours: the API's own answer to one (NestJS's filter), logged here
+                        _log.exception("%s %s failed", request.method, path)
+                        response = api_error(500, "Internal server error", path)
                 for name, value in verdict.headers:
                     response.headers[name] = value
                 return response, {}
@@ -246,6 +252,10 @@ class DaytonaService:
                 except OSError as exc:  # a directory where a file was meant, a permission: the caller's request
                     reason = exc.strerror or type(exc).__name__
                     return daemon_error(400, f"{reason}: {exc.filename}", path, request.method, "BAD_REQUEST"), {}
+                except Exception as exc:  # a bug of ours: the daemon's envelope for an error it did not expect, logged
+                    _log.exception("%s %s failed", request.method, path)
+                    message = str(exc) or type(exc).__name__
+                    return daemon_error(500, message, path, request.method, "INTERNAL_SERVER_ERROR"), {}
                 if isinstance(result, Response):
                     return result, {}
                 return json_response(result), {}

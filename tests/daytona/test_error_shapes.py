@@ -134,3 +134,34 @@ def test_a_refused_interpreter_handshake_parses(server: EmulatorServer, api_key:
     assert status == 503
     parsed = ErrorResponse.from_json(text)
     assert parsed is not None and parsed.path == path and parsed.method == "GET"
+
+
+def test_an_unexpected_error_gets_each_sides_envelope(
+    client: httpx.Client, server: EmulatorServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug of the emulator's on a Daytona route is answered as the real side answers one it did not expect (never
+    with Sandbox Fusion's traceback body), and its traceback goes to the log."""
+    sid = _sandbox(client)
+    service = server.emulator.daytona
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(service.store, "get", broken)
+    answer = client.get(f"/api/sandbox/{sid}")
+    assert answer.status_code == 500
+    body = answer.json()
+    assert set(body) == API_ENVELOPE and body["message"] == "Internal server error"
+    assert body["error"] == "Internal Server Error" and body["path"] == f"/api/sandbox/{sid}"
+    monkeypatch.undo()
+
+    async def broken_info(*args: object) -> None:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(service, "_tb_info_dispatch", broken_info)
+    parsed = _error(client.get(f"/toolbox/{sid}/work-dir"), 500)
+    assert parsed.message == "disk on fire" and parsed.method == "GET"
+    assert parsed.code is not None and parsed.code.value == "INTERNAL_SERVER_ERROR"
+    assert "traceback" not in client.get(f"/toolbox/{sid}/work-dir").text
+    logged = [r for r in caplog.records if r.name == "emulator.daytona.service" and r.exc_info]
+    assert [str(r.exc_info[1]) for r in logged if r.exc_info] == ["disk on fire"] * 3
