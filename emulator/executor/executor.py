@@ -441,7 +441,7 @@ class Executor:
                 if exc.args and exc.args[0] == "started":
                     if msg["uid"] is not None and self._exclusive_uids:
                         self._dirty_uids.add(msg["uid"])  # what it started may still run
-                    return _error_result("sandbox executor restarted while the program ran")
+                    return _error_result("sandbox executor restarted while the program ran (or was about to)")
                 _log.warning("zygote lost before start, retrying (%d)", attempt + 1)
         return _error_result("sandbox executor unavailable")
 

@@ -52,6 +52,9 @@ class Pending:
 
     exited: asyncio.Future[Reply | None]  # None: we stopped waiting (see Executor)
     pid: int | None = field(default=None)
+    #: Where the spawn request ends in the stream of bytes to the zygote: once that much is written, the zygote may
+    #: have forked the program even if its ``started`` never reached us.
+    frame_end: int = 0
     # Called once the zygote confirmed the end (True) or died (False), even if we stopped
     # waiting before.
     on_end: list[Callable[[bool], None]] = field(default_factory=list)
@@ -90,6 +93,8 @@ class Zygote:
         self._stderr_tail = bytearray()
         self._inbuf = bytearray()
         self._outbuf = bytearray()
+        self._queued = 0  # bytes ever queued for the zygote
+        self._written = 0  # bytes of those written to its socket
         self._writing = False
         self._ready: asyncio.Future[dict[str, Any]] = self._loop.create_future()
         self._reaper: asyncio.Future[None] | None = None
@@ -260,10 +265,12 @@ class Zygote:
             msg["b"] = [len(b) for b in blobs]
         head = _dumps(msg).encode()
         out = self._outbuf
-        out += _HDR.pack(len(head) + sum(len(b) for b in blobs), len(head))
+        size = len(head) + sum(len(b) for b in blobs)
+        out += _HDR.pack(size, len(head))
         out += head
         for blob in blobs:
             out += blob
+        self._queued += _HDR.size + size
         if not self._writing:
             self._flush()
 
@@ -278,6 +285,7 @@ class Zygote:
                 self._on_dead(f"send failed: {exc}")
                 return
             del out[:n]
+            self._written += n
         want = bool(out) and self.alive
         if want != self._writing:
             self._writing = want
@@ -311,7 +319,10 @@ class Zygote:
                 with contextlib.suppress(OSError):
                     os.killpg(item.pid, signal.SIGKILL)
             if not item.exited.done():
-                item.exited.set_exception(ZygoteLost("started" if item.pid else "not started"))
+                # A request the zygote had whole may have started its program, its ``started`` unsent or unread:
+                # only one it never had is safe to run again.
+                started = item.pid is not None or item.frame_end <= self._written
+                item.exited.set_exception(ZygoteLost("started" if started else "not started"))
                 item.exited.exception()
             item.end(False)
         if self._proc is not None and self._reaper is None:
@@ -336,6 +347,9 @@ class Zygote:
         msg["op"] = "spawn"
         msg["id"] = req_id
         self._send(msg, blobs)
+        if not self.alive:  # the write failed: the zygote never had the request whole
+            raise ZygoteLost("not started")
+        pending.frame_end = self._queued
         self._pending[req_id] = pending
         return req_id, pending
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -278,7 +279,7 @@ def test_zygote_death_is_survived(loop: asyncio.AbstractEventLoop) -> None:
         in_flight = asyncio.ensure_future(runner.arun("import time\nprint('sleeping', flush=True)\ntime.sleep(30)"))
         await _until_child_of(pid)
         os.kill(pid, signal.SIGKILL)
-        lost, _ = await asyncio.wait_for(in_flight, 5)
+        lost, _ = await asyncio.wait_for(in_flight, 30)
         after, _ = await runner.arun("print(2)")
         assert executor.zygote_pid not in (None, pid)
         return first[0], lost, after
@@ -290,6 +291,79 @@ def test_zygote_death_is_survived(loop: asyncio.AbstractEventLoop) -> None:
     assert first.stdout == "1\n"
     assert lost.status == "Error" and lost.return_code is None
     assert (after.status, after.stdout) == ("Finished", "2\n")
+
+
+async def _until_written(executor: Executor, at_least: int, whole: bool, within: float = 10.0) -> None:
+    """Wait (polling, no fixed delay) until the executor has queued ``at_least`` bytes for its zygote and, with
+    ``whole``, written every one of them to the zygote's socket."""
+    zygote = executor._zygote
+    assert zygote is not None
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if zygote._queued >= at_least and (zygote._written == zygote._queued or not whole):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"queued {zygote._queued}, written {zygote._written} of at least {at_least}")
+
+
+def test_a_request_the_zygote_had_whole_is_never_run_again(loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
+    """At most once: a zygote that dies with a request in hand may have forked it (its ``started`` not yet read), so
+    the run ends as an error instead of running again on the next zygote."""
+    executor = Executor(ExecutorConfig(python_mode="fast"))
+    runner = Runner(loop, executor, "fast")
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    marker = shared / "runs"
+
+    async def scenario() -> ExecutionResult:
+        await executor.start()
+        await runner.arun("print(1)")
+        pid = executor.zygote_pid
+        assert pid is not None and executor._zygote is not None
+        before = executor._zygote._queued
+        os.kill(pid, signal.SIGSTOP)  # it reads nothing more, forks nothing more
+        task = asyncio.ensure_future(runner.arun(f"open({str(marker)!r}, 'a').write('ran\\n')"))
+        await _until_written(executor, before + 1, whole=True)
+        os.kill(pid, signal.SIGKILL)
+        lost, _ = await asyncio.wait_for(task, 30)
+        after, _ = await runner.arun("print(2)")
+        assert (after.status, after.stdout) == ("Finished", "2\n")
+        return lost
+
+    try:
+        lost = runner.call(scenario())
+    finally:
+        runner.call(executor.aclose())
+    assert lost.status == "Error" and "or was about to" in lost.stderr, lost
+    assert not marker.exists()  # not run again on the next zygote
+
+
+def test_a_request_the_zygote_never_had_whole_runs_on_the_next(loop: asyncio.AbstractEventLoop) -> None:
+    """A spawn request still partly in our buffer when the zygote dies was never seen by it: it is run again."""
+    executor = Executor(ExecutorConfig(python_mode="fast"))
+    runner = Runner(loop, executor, "fast")
+    stdin = b"x" * (16 << 20)  # more than the socket's buffer takes from a writer whose reader is stopped
+
+    async def scenario() -> ExecutionResult:
+        await executor.start()
+        await runner.arun("print(1)")
+        pid = executor.zygote_pid
+        assert pid is not None and executor._zygote is not None
+        before = executor._zygote._queued
+        os.kill(pid, signal.SIGSTOP)
+        task = asyncio.ensure_future(runner.arun("import sys\nprint(len(sys.stdin.buffer.read()))", stdin=stdin))
+        await _until_written(executor, before + len(stdin), whole=False)
+        assert executor._zygote._written < executor._zygote._queued
+        os.kill(pid, signal.SIGKILL)
+        result, _ = await asyncio.wait_for(task, 60)
+        return result
+
+    try:
+        result = runner.call(scenario())
+    finally:
+        runner.call(executor.aclose())
+    assert (result.status, result.stdout) == ("Finished", f"{len(stdin)}\n"), result
 
 
 def test_aclose_kills_running_programs(loop: asyncio.AbstractEventLoop) -> None:
