@@ -60,38 +60,14 @@ def _executor_config(args: argparse.Namespace) -> object:
     return ExecutorConfig(**kwargs)  # type: ignore[arg-type]
 
 
-#: The oldest runtime the warm interpreter runs under (emulator/executor/zygote_main.py).
-_OLDEST_RUNTIME = (3, 8)
-
-
-def check_python(python: str) -> str | None:
-    """Why ``python`` cannot run submitted programs, or None: it must be a working Python 3.8 or newer (any other
-    executable, such as ``/bin/true``, would start and then fail every request with a server error)."""
-    import subprocess
-
-    probe = "import sys; print('%d %d' % sys.version_info[:2])"
-    try:
-        done = subprocess.run([python, "-I", "-c", probe], capture_output=True, text=True, timeout=30)
-        version = tuple(int(part) for part in done.stdout.split())
-    except (OSError, subprocess.TimeoutExpired, ValueError):
-        version = ()
-    if len(version) != 2 or done.returncode != 0:
-        return f"--python {python!r} is not a working Python interpreter"
-    if version < _OLDEST_RUNTIME:
-        return f"--python {python!r} is Python {version[0]}.{version[1]}; submitted Python needs 3.8 or newer"
-    return None
-
-
 def _serve(args: argparse.Namespace) -> int:
     from emulator.app import Emulator, EmulatorConfig
     from emulator.executor import ExecutorConfig
     from emulator.faults import FaultPlanError
     from emulator.server import serve_forever
+    from harness.runtime import python_problem
 
-    if args.python and not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
-        print(f"sandbox-emulator: --python {args.python!r} is not an executable file", file=sys.stderr)
-        return 2
-    problem = (check_python(args.python) if args.python else None) or check_temp_root(args.temp_root)
+    problem = python_problem(args.python) or check_temp_root(args.temp_root)
     if problem:
         print(f"sandbox-emulator: {problem}", file=sys.stderr)
         return 2
@@ -100,11 +76,14 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     from emulator.daytona import DEFAULT_API_KEY, DaytonaConfig
 
+    if args.daytona_api_key is not None and not args.daytona_api_key.strip():
+        print("sandbox-emulator: --daytona-api-key must not be empty", file=sys.stderr)
+        return 2
     executor_config = _executor_config(args)
     assert isinstance(executor_config, ExecutorConfig)
     daytona_key = args.daytona_api_key or DEFAULT_API_KEY
+    config = EmulatorConfig(executor=executor_config, daytona=DaytonaConfig(api_key=daytona_key))
     try:
-        config = EmulatorConfig(executor=executor_config, daytona=DaytonaConfig(api_key=daytona_key))
         emulator = Emulator(config, faults=args.faults)
     except (FaultPlanError, OSError, ValueError) as exc:
         print(f"sandbox-emulator: bad --faults {args.faults!r}: {exc}", file=sys.stderr)

@@ -322,6 +322,8 @@ class FaultPlan:
         p = Path(path)
         if p.is_dir():
             raise FaultPlanError(str(p), "is a directory, not a plan file")
+        if p.exists() and not p.is_file():  # a pipe or a device would block the read or never end
+            raise FaultPlanError(str(p), "is not a regular file")
         try:
             text = p.read_text(encoding="utf-8")
         except OSError as exc:

@@ -205,6 +205,8 @@ def load_plan(spec: str | Path | Mapping[str, Any] | FaultPlan | None, *, seed: 
     elif isinstance(spec, Path):
         plan = FaultPlan.from_file(spec)
     elif isinstance(spec, str):
+        if not spec.strip():
+            raise FaultPlanError("<profile>", f"an empty name names no profile and no plan file: {spec!r}")
         if spec in PROFILES:
             plan = FaultPlan.from_dict(PROFILES[spec])
         elif Path(spec).suffix.lower() in (".yaml", ".yml", ".json") or Path(spec).exists() or os.sep in spec:

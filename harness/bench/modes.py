@@ -29,6 +29,10 @@ LATENCY_MODELS: tuple[tuple[str, dict[str, Any]], ...] = (
 PAPER_FIGURES = (("VerlTool, Math-TIR", 1.32), ("VerlTool, best task", 1.97))
 
 
+class ModesFailed(Exception):
+    """A run failed trajectories or showed the model infrastructure faults: its time measures something else."""
+
+
 @dataclass
 class ModeRow:
     """One latency model: wall time in each mode and their ratio."""
@@ -74,7 +78,13 @@ def compare_modes(
                     generation_latency=generation_latency,
                     tool_latency=latency,
                 )
-                results[mode] = run_rollout(options)
+                result = results[mode] = run_rollout(options)
+                if result.errors or result.infra_faults_shown:
+                    raise ModesFailed(
+                        f"the {mode} run under {label}: {result.errors} failed trajectories, "
+                        f"{result.infra_faults_shown} tool calls answered with the infrastructure-fault observation; "
+                        "its time would compare a broken sandbox, not the two modes"
+                    )
                 if progress:
                     print(f"  {label:<48} {mode:>5}: {results[mode].rollout_s:6.2f} s", flush=True)
             sync, asyn = results["sync"], results["async"]
@@ -127,6 +137,9 @@ def main(args: argparse.Namespace) -> int:
     except RolloutError as exc:
         print(f"sandbox-emulator bench-modes: {exc}", file=sys.stderr)
         return 2
+    except ModesFailed as exc:
+        print(f"sandbox-emulator bench-modes: {exc}", file=sys.stderr)
+        return 1
     print(markdown_table(rows))
     if args.json:
         data = [{**row.__dict__, "speedup": row.speedup} for row in rows]

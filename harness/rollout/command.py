@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -118,6 +119,17 @@ def _options(args: argparse.Namespace) -> Any:
     )
 
 
+def _json_in_dump(args: argparse.Namespace) -> str | None:
+    """Why ``--json`` would spoil the dump, or None: a ``*.jsonl`` in ``--out`` is read as a step's dump (the summary
+    written over ``{step}.jsonl`` would replace the rollouts themselves)."""
+    if not args.json:
+        return None
+    target = Path(os.path.realpath(args.json))
+    if target.suffix == ".jsonl" and target.parent == Path(os.path.realpath(args.out)):
+        return f"--json {args.json!r} is in --out {args.out!r}, where every *.jsonl is read as a step's dump"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from harness.outputs import dir_problem, file_problem, write_text
     from harness.rollout.job import RolloutError, run_rollout
@@ -128,7 +140,9 @@ def run(args: argparse.Namespace) -> int:
     except RolloutError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    problem = dir_problem(args.out, "--out") or (file_problem(args.json, "--json") if args.json else None)
+    problem = (file_problem(args.json, "--json") if args.json else None) or _json_in_dump(args)
+    # --out is made when the dump is written: a run that fails before leaves no empty directory behind
+    problem = problem or dir_problem(args.out, "--out", create=False)
     if problem:  # found out before the rollout, not after
         print(f"error: {problem}", file=sys.stderr)
         return 2

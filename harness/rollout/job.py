@@ -36,9 +36,10 @@ from emulator.faults.plan import parse_latency
 from emulator.server import EmulatorServer, quiet_reset_log
 from harness.gsm8k.data import BUNDLED_PROBLEMS, Problem, load_problems, prompt_messages
 from harness.gsm8k.policy import ScriptedGSM8KPolicy, choose_variant, final_turn, run_offline
-from harness.rollout.dump import build_entries, decode_sample, write_step
+from harness.rollout.dump import build_entries, decode_sample, step_path, write_step
 from harness.rollout.lockstep import TRAJECTORY_INDEX, LockstepServerManager, TurnBarrier
 from harness.rollout.recording import CallLog, RecordingTool, ToolCallRecord
+from harness.runtime import python_problem
 from harness.urls import unreachable, url_problem
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,6 +54,8 @@ RUN_CODE_ROUTE = "sandbox_fusion.run_code"
 #: The most seconds a model turn (``--generation-latency``) or a tool call (``--latency``) may be made to wait, as
 #: bench's ``--fixed-latency-ms`` caps it: more is a typo (milliseconds for seconds), and the run would seem to hang.
 MAX_LATENCY_S = 60.0
+#: The largest ``--step``: a trainer's step counter is a 64-bit integer, and the dump is named after it.
+MAX_STEP = 2**63 - 1
 
 
 class RolloutError(RuntimeError):
@@ -94,8 +97,9 @@ class RolloutOptions:
             raise RolloutError(f"--trajectories must be at least 1, got {self.trajectories}")
         if self.rate_limit is not None and self.rate_limit < 1:
             raise RolloutError(f"--rate-limit must be at least 1, got {self.rate_limit}")
-        if self.step < 0:
-            raise RolloutError(f"--step must be 0 or more (the trainer's step number), got {self.step}")
+        if not 0 <= self.step <= MAX_STEP:
+            got = str(self.step) if len(str(self.step)) <= 30 else f"a number of {len(str(abs(self.step)))} digits"
+            raise RolloutError(f"--step must be between 0 and {MAX_STEP} (the trainer's step number), got {got}")
         if not (math.isfinite(self.generation_latency) and 0 <= self.generation_latency <= MAX_LATENCY_S):
             raise RolloutError(
                 f"--generation-latency must be between 0 and {MAX_LATENCY_S:g} seconds, got {self.generation_latency}"
@@ -103,12 +107,20 @@ class RolloutOptions:
         problem = latency_problem(self.tool_latency) if self.tool_latency is not None else None
         if problem is not None:
             raise RolloutError(f"--latency {self.tool_latency!r}: {problem}")
-        if self.data is not None and not Path(self.data).exists():
-            raise RolloutError(f"data file not found: {self.data}")
-        if self.data is not None and Path(self.data).is_dir():
-            raise RolloutError(f"--data {self.data} is a directory, not a GSM8K .jsonl or .parquet file")
+        if self.data is not None:
+            try:
+                if not Path(self.data).exists():
+                    raise RolloutError(f"data file not found: {self.data}")
+                if Path(self.data).is_dir():
+                    raise RolloutError(f"--data {self.data} is a directory, not a GSM8K .jsonl or .parquet file")
+            except OSError as exc:  # a parent that cannot be searched
+                raise RolloutError(f"--data {self.data}: cannot look there: {exc.strerror or exc}") from None
+        problem = python_problem()
+        if problem is not None:
+            raise RolloutError(problem)
+        _emulator_setup(self)  # the fault plan, loaded now: a bad one costs nothing but this line
         # last: the only check that waits (up to 5 s on a host that drops packets)
-        problem = (url_problem(self.llm_url) or unreachable(self.llm_url)) if self.llm_url else None
+        problem = (url_problem(self.llm_url) or unreachable(self.llm_url)) if self.llm_url is not None else None
         if problem is not None:  # one line now, not a failed trajectory per problem and a dump of failures
             raise RolloutError(f"--llm-url: {problem}")
 
@@ -247,11 +259,12 @@ def _emulator_setup(options: RolloutOptions) -> tuple[Any, Any]:
     from emulator.app import EmulatorConfig
     from emulator.executor import ExecutorConfig
 
-    executor = ExecutorConfig()
-    if options.python_mode in ("fast", "faithful"):
-        executor = ExecutorConfig(python_mode="fast" if options.python_mode == "fast" else "faithful")
-    elif options.python_mode is not None:
+    if options.python_mode not in (None, "fast", "faithful"):
         raise RolloutError(f"python_mode must be 'fast' or 'faithful', got {options.python_mode!r}")
+    try:
+        executor = ExecutorConfig(python_mode="faithful" if options.python_mode == "faithful" else "fast")
+    except ValueError as exc:  # the runtime interpreter ($SANDBOX_EMULATOR_PYTHON)
+        raise RolloutError(str(exc)) from None
     try:
         plan = load_plan(options.faults)
         if options.tool_latency is not None:
@@ -431,7 +444,11 @@ def run_rollout(options: RolloutOptions, progress: Progress | None = None) -> Ro
             "tool_calls": [[c.to_dict() for c in t.tool_calls] for t in trajectories],
         },
     )
-    dump_path = write_step(options.out, options.step, entries)
+    try:
+        dump_path = write_step(options.out, options.step, entries)
+    except OSError as exc:  # the disk filled up, --out went away during the run
+        target = step_path(options.out, options.step)
+        raise RolloutError(f"cannot write the dump {target}: {exc.strerror or exc}") from None
     journal = emulator.journal.entries()
     faults: dict[str, int] = {}
     for entry in journal:

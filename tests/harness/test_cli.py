@@ -53,8 +53,8 @@ def test_serve_temp_root_holds_the_work_dirs(tmp_path: Path) -> None:
         proc.wait(timeout=30)
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=60)
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=60, env=env)
 
 
 def test_unknown_profile_is_a_clear_error() -> None:
@@ -84,6 +84,28 @@ def test_bad_python_port_and_temp_root() -> None:
     assert result.returncode == 2 and "not a writable directory" in result.stderr
     result = _run("serve", "--port", "70000")
     assert result.returncode == 2 and "between 0 and 65535" in result.stderr
+
+
+def test_serve_refuses_what_it_would_ignore_or_hang_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "plan.yaml"
+    os.mkfifo(fifo)  # reading it would wait for a writer forever
+    for extra, message in [
+        (("--faults", ""), "an empty name names no profile and no plan file"),
+        (("--faults", str(fifo)), "is not a regular file"),
+        (("--daytona-api-key", ""), "--daytona-api-key must not be empty"),
+    ]:
+        result = _run("serve", "--port", "0", *extra)
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_serve_probes_the_python_named_by_the_environment() -> None:
+    for python, message in [
+        ("/no/such/python", "$SANDBOX_EMULATOR_PYTHON '/no/such/python' is not an executable file"),
+        ("/bin/true", "$SANDBOX_EMULATOR_PYTHON '/bin/true' is not a working Python interpreter"),
+    ]:
+        result = _run("serve", "--port", "0", env={**os.environ, "SANDBOX_EMULATOR_PYTHON": python})
+        assert result.returncode == 2 and result.stderr == f"sandbox-emulator: {message}\n"
 
 
 def test_bench_rejects_bad_levels() -> None:

@@ -87,3 +87,46 @@ def test_commands_refuse_a_bad_output_before_the_work(
     err = capsys.readouterr().err
     assert "/proc/nope" in err and "Traceback" not in err
     assert "machine speed" not in err  # nothing was measured first
+
+
+def test_a_missing_output_dir_can_be_checked_without_making_it(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b"
+    assert dir_problem(target, "--out", create=False) is None
+    assert not (tmp_path / "a").exists()
+    (tmp_path / "file").write_text("kept\n")
+    problem = dir_problem(tmp_path / "file" / "below", "--out", create=False)
+    assert problem is not None and "is not a directory" in problem
+    problem = dir_problem(UNWRITABLE / "below", "--out", create=False)
+    assert problem is not None and "cannot create it in '/proc'" in problem
+
+
+def test_a_path_that_cannot_be_looked_into_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A parent without search permission makes ``exists()`` raise (root never sees it, so it is simulated)."""
+
+    def denied(self: Path, *args: object, **kwargs: object) -> os.stat_result:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "stat", denied)
+    for problem in (
+        dir_problem(tmp_path / "x", "--out"),
+        dir_problem(tmp_path / "x", "--out", create=False),
+        file_problem(tmp_path / "x.json", "--json"),
+    ):
+        assert problem is not None and problem.endswith("cannot look there: Permission denied")
+
+
+def test_a_symbolic_link_is_followed_and_kept(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "summary.json"
+    target.write_text("old\n")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    assert file_problem(link, "--json") is None
+    assert write_text(link, "new\n", "--json") is None
+    assert link.is_symlink() and target.read_text() == "new\n"
+
+
+def test_a_device_is_written_in_place_not_replaced() -> None:
+    assert file_problem("/dev/null", "--json") is None
+    assert write_text("/dev/null", "discarded\n", "--json") is None
+    assert Path("/dev/null").is_char_device()

@@ -116,7 +116,7 @@ def test_cli_runs_summarises_and_validates(tmp_path: Path, capsys: pytest.Captur
         (["--data", "missing.jsonl"], "not found"),
         (["--faults", "no-such-profile"], "fault plan"),
         (["--latency", "gaussian:1"], "bad latency model"),
-        (["--step", "-1"], "--step must be 0 or more"),
+        (["--step", "-1"], "--step must be between 0 and 9223372036854775807"),
         (["--generation-latency", "-0.5"], "--generation-latency must be between 0 and 60 seconds, got -0.5"),
         (["--generation-latency", "nan"], "--generation-latency must be between 0 and 60 seconds"),
         (["--generation-latency", "1e9"], "--generation-latency must be between 0 and 60 seconds, got 1000000000.0"),
@@ -130,6 +130,11 @@ def test_cli_runs_summarises_and_validates(tmp_path: Path, capsys: pytest.Captur
         (["--latency", "pareto:1,2,100"], "--latency 'pareto:1,2,100': delays must be at most 60 seconds, got 100"),
         (["--latency", "fixed:x"], "error: --latency 'fixed:x': latency numbers must be numbers"),
         (["--llm-model", "foo"], "error: --llm-model needs --llm-url"),
+        (["--llm-url", ""], "error: --llm-url: '' is not an http(s) URL with a host"),
+        (["--step", str(2**63)], "error: --step must be between 0 and 9223372036854775807"),
+        (["--step", str(10**300)], "got a number of 301 digits"),
+        (["--faults", "nosuch"], "error: fault plan 'nosuch': <profile>: unknown fault profile 'nosuch'"),
+        (["--faults", ""], "an empty name names no profile and no plan file"),
     ],
 )
 def test_cli_bad_input_is_a_clear_error(
@@ -219,3 +224,73 @@ def test_bench_modes_bad_input_is_a_clear_error(
     assert cli_main(["bench-modes", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("python", "message"),
+    [
+        ("/nonexistent/python3", "error: $SANDBOX_EMULATOR_PYTHON '/nonexistent/python3' is not an executable file"),
+        ("/bin/true", "error: $SANDBOX_EMULATOR_PYTHON '/bin/true' is not a working Python interpreter"),
+    ],
+)
+@pytest.mark.parametrize("command", ["rollout", "bench-modes"])
+def test_a_bad_runtime_python_from_the_environment_is_one_line(
+    command: str,
+    python: str,
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("SANDBOX_EMULATOR_PYTHON", python)
+    out = tmp_path / "out"
+    argv = ["rollout", "--out", str(out), "--quiet"] if command == "rollout" else ["bench-modes", "--trajectories", "1"]
+    assert cli_main(argv) == 2
+    prefix = "error: " if command == "rollout" else "sandbox-emulator bench-modes: "
+    assert capsys.readouterr().err == prefix + message.removeprefix("error: ") + "\n"
+    assert not out.exists()
+
+
+def test_a_failed_run_leaves_no_empty_out_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "new" / "dump"
+    bad_data = tmp_path / "bad.jsonl"
+    bad_data.write_text("{not json\n")
+    assert cli_main(["rollout", "--out", str(out), "--quiet", "--data", str(bad_data)]) == 2
+    assert "bad.jsonl" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+
+
+def test_json_may_not_replace_the_dump(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "dump"
+    out.mkdir()
+    (out / "1.jsonl").write_text("the previous dump\n")
+    assert cli_main(["rollout", "--out", str(out), "--quiet", "--json", str(out / "1.jsonl")]) == 2
+    assert "is in --out" in capsys.readouterr().err
+    assert (out / "1.jsonl").read_text() == "the previous dump\n"
+
+
+def test_a_dump_that_cannot_be_written_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import harness.rollout.job as job
+
+    def full_disk(*args: object) -> Path:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(job, "write_step", full_disk)
+    with pytest.raises(RolloutError, match=r"cannot write the dump .*1\.jsonl: No space left on device"):
+        run_rollout(RolloutOptions(trajectories=1, out=tmp_path / "dump"))
+
+
+def test_bench_modes_refuses_to_time_a_broken_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tool calls answered with the infrastructure-fault observation: the timing would compare nothing."""
+    import harness.rollout.job as job
+    from harness.bench.modes import ModesFailed, compare_modes
+
+    real_run = job.run_rollout
+
+    def under_an_outage(options: RolloutOptions, progress: Any = None) -> RolloutResult:
+        options.faults = {"rules": [{"route": "sandbox_fusion.run_code", "fault": 503}]}
+        return real_run(options, progress)
+
+    monkeypatch.setattr(job, "run_rollout", under_an_outage)
+    with pytest.raises(ModesFailed, match="infrastructure-fault observation; its time would compare a broken sandbox"):
+        compare_modes(trajectories=2, generation_latency=0.0, models=[("none", {"fixed": 0.0})], progress=False)
