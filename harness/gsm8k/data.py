@@ -145,6 +145,8 @@ def _load_jsonl(path: Path, limit: int | None, *, split: str) -> list[Problem]:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise DataError(f"{where}: not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise DataError(f"{where}: not valid JSON (nested too deeply)") from None
         if not isinstance(record, dict):
             raise DataError(f"{where}: expected a JSON object with 'question' and 'answer'")
         question = _text_field(record, "question", where)
@@ -273,6 +275,8 @@ def convert_jsonl_to_parquet(src: str | Path, dst: str | Path, *, split: str = "
         raise DataError(f"{source}: expected raw GSM8K JSONL (.jsonl), got {source.suffix or 'no suffix'!r}")
     if limit is not None and limit < 1:
         raise DataError(f"limit must be >= 1, got {limit}")
+    if not split.strip():  # read back, an empty split would be taken for "test"
+        raise DataError(f"split must name the data set's split (train, test...), got {split!r}")
     problem = _output_problem(Path(dst))
     if problem is not None:  # found before the input is read, and nothing is created
         raise DataError(problem)
@@ -288,6 +292,8 @@ def _output_problem(target: Path) -> str | None:
     them); a file where one should be is not (``mkdir`` would say only "File exists")."""
     from harness.outputs import file_problem
 
+    if target.name == ".parquet":
+        return f"{target}: the output needs a name before .parquet"
     if target.suffix != ".parquet":
         return f"{target}: the output must be a .parquet file"
     try:

@@ -21,12 +21,17 @@ class UsageError(ValueError):
 
 def dump_files(path: str | Path) -> list[Path]:
     """The dump's ``*.jsonl`` files, numeric steps first in step order, then any others by name."""
+    if not str(path).strip():
+        raise UsageError("no directory named (an empty path)")
     directory = Path(path)
-    if not directory.exists():
-        raise UsageError(f"{directory}: no such directory")
-    if not directory.is_dir():
-        raise UsageError(f"{directory}: not a directory")
-    files = [p for p in directory.iterdir() if p.suffix == ".jsonl" and p.is_file()]
+    try:
+        if not directory.exists():
+            raise UsageError(f"{directory}: no such directory")
+        if not directory.is_dir():
+            raise UsageError(f"{directory}: not a directory")
+        files = [p for p in directory.iterdir() if p.suffix == ".jsonl" and p.is_file()]
+    except OSError as exc:  # no permission to list it, or to look into a parent
+        raise UsageError(f"{directory}: cannot read: {exc.strerror or exc}") from None
     if not files:
         raise UsageError(f"{directory}: no *.jsonl files (is this a trainer.rollout_data_dir?)")
 
@@ -47,7 +52,11 @@ def validate_dir(path: str | Path, *, reward: str = "gsm8k") -> Report:
     files = dump_files(path)
     directory = Path(path)
     report = Report(directory=str(directory), reward=reward)
-    for leftover in sorted(p.name for p in directory.iterdir() if _TEMP_FILE.fullmatch(p.name)):
+    try:
+        leftovers = sorted(p.name for p in directory.iterdir() if _TEMP_FILE.fullmatch(p.name))
+    except OSError as exc:
+        raise UsageError(f"{directory}: cannot read: {exc.strerror or exc}") from None
+    for leftover in leftovers:
         report.note(leftover, 0, "file", "temporary file of an interrupted atomic write (safe to delete)")
     for file in files:
         _validate_file(report, file, reward)
@@ -62,7 +71,10 @@ def _validate_file(report: Report, file: Path, reward: str) -> None:
     step = int(match.group(1)) if match else None
     if step is None:
         report.violation(name, 0, "file", "not named <step>.jsonl as verl names its dump files")
-    raw = file.read_bytes()
+    try:
+        raw = file.read_bytes()
+    except OSError as exc:  # not a defect of the dump: nothing of it can be checked
+        raise UsageError(f"{file}: cannot read: {exc.strerror or exc}") from None
     if not raw:
         report.note(name, 0, "file", "empty file (a step with no samples)")
         return

@@ -168,6 +168,7 @@ def test_loads_verl_parquet_of_other_tools(tmp_path: Path) -> None:
         ('{"question": "Q?"}', r"bad\.jsonl:2: missing field 'answer'"),
         ('{"question": "Q?", "answer": 7}', r"bad\.jsonl:2: field 'answer' must be a non-empty string"),
         ('{"question": "Q?", "answer": "no final line"}', r"bad\.jsonl:2: the solution has no '#### <number>' line"),
+        ("[" * 100_000 + "]" * 100_000, r"bad\.jsonl:2: not valid JSON \(nested too deeply\)"),
     ],
 )
 def test_bad_jsonl_line_names_file_and_line(tmp_path: Path, line: str, message: str) -> None:
@@ -293,3 +294,15 @@ def test_convert_paths_that_are_or_lack_directories(tmp_path: Path, capsys: pyte
     assert _cli(["gsm8k-convert", source, str(nested), "--limit", "2"]) == 0
     assert len(load_problems(nested)) == 2
     assert sorted(p.name for p in tmp_path.glob("*.parquet")) == ["d.parquet"]  # nothing written on an error
+
+
+def test_convert_refuses_a_nameless_output_and_an_empty_split(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness.gsm8k import BUNDLED_PROBLEMS
+
+    assert _cli(["gsm8k-convert", str(BUNDLED_PROBLEMS), str(tmp_path / ".parquet")]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / '.parquet'}: the output needs a name before .parquet\n"
+    assert _cli(["gsm8k-convert", str(BUNDLED_PROBLEMS), str(tmp_path / "x.parquet"), "--split", " "]) == 2
+    assert "split must name the data set's split" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -77,6 +77,24 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert exit_info.value.code == 2
 
 
+def test_what_cannot_be_read_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a defect of the dump: nothing of it can be checked, so exit 2 with one line, never a traceback."""
+    assert run(["validate", ""]) == 2
+    assert capsys.readouterr().err == "validate: no directory named (an empty path)\n"
+    (tmp_path / "1.jsonl").symlink_to("/proc/self/mem")  # a regular file whose read fails (EIO), even for root
+    assert run(["validate", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"validate: {tmp_path / '1.jsonl'}: cannot read: Input/output error\n"
+
+    def denied(self: Path) -> None:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "iterdir", denied)
+    assert run(["validate", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"validate: {tmp_path}: cannot read: Permission denied\n"
+
+
 def test_summary_and_shown_lines_for_other_commands(good_dump: Path, tmp_path: Path) -> None:
     from harness.validate import validate_dir
 
