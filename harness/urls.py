@@ -8,10 +8,19 @@ from urllib.parse import urlsplit
 
 
 def url_problem(raw: str) -> str | None:
-    """Why ``raw`` cannot name a service (it must be an http(s) URL with a host), or None if it can."""
-    parsed = urlsplit(raw)
+    """Why ``raw`` cannot name a service (an http(s) URL with a host, a valid port, no query or fragment: the
+    commands append paths to it), or None if it can."""
+    try:
+        parsed = urlsplit(raw)
+        port = parsed.port
+    except ValueError as exc:  # an unclosed [IPv6 bracket, a port that is no number or out of range
+        return f"{raw!r} is not a valid URL: {exc}"
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         return f"{raw!r} is not an http(s) URL with a host"
+    if port == 0:
+        return f"{raw!r} has no valid port"
+    if parsed.query or parsed.fragment:
+        return f"{raw!r} has a query or fragment; give the service's base URL"
     return None
 
 
@@ -21,12 +30,12 @@ def unreachable(raw: str, timeout: float = 5.0) -> str | None:
     Only the connection is tried (no request, no TLS), so it says nothing of the service behind it; it turns a
     typo'd host or a stopped server into one line before any work, instead of one connection error per request.
     """
-    parsed = urlsplit(raw)
-    host = parsed.hostname or ""
     try:
+        parsed = urlsplit(raw)
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
     except ValueError:
-        return f"{raw!r} has no valid port"
+        return f"{raw!r} has no valid host and port"
+    host = parsed.hostname or ""
     try:
         with socket.create_connection((host, port), timeout=timeout):
             return None

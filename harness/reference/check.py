@@ -91,12 +91,19 @@ class Report:
     snapshots: str = ""
 
     @property
+    def compared(self) -> int:
+        """Cases whose answer was compared with the snapshot (an unrecorded case is not)."""
+        return sum(r.outcome in (OK, REGISTERED, FAILED) for s in self.services for r in s.results)
+
+    @property
     def passed(self) -> bool:
-        return not any(s.failed for s in self.services)
+        """No case failed, and at least one was compared: a run that compared nothing shows nothing."""
+        return self.compared > 0 and not any(s.failed for s in self.services)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "passed": self.passed,
+            "compared": self.compared,
             "services": [s.to_dict() for s in self.services],
             "unchecked": self.unchecked,
         }
@@ -217,6 +224,8 @@ def render(report: Report) -> str:
             )
     for name in report.unchecked:
         lines.append(f"note: {name} not checked: no {name}.json snapshot in {report.snapshots}")
+    if report.compared == 0:
+        lines.append("no case was compared: none of those selected is recorded in the snapshot")
     lines.append("PASSED" if report.passed else "FAILED")
     return "\n".join(lines)
 

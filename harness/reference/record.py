@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.outputs import dir_problem
 from harness.reference.check import add_common_options
 from harness.reference.snapshots import (
     Snapshot,
@@ -100,6 +101,10 @@ def main(args: argparse.Namespace) -> int:
             "sandbox-emulator record: --api-key is Daytona's (--service daytona); Sandbox Fusion takes none",
             file=sys.stderr,
         )
+        return 2
+    problem = dir_problem(args.out, "--out", create=False)  # before any request: the answers must have a home
+    if problem is not None:
+        print(f"sandbox-emulator record: {problem}; nothing recorded", file=sys.stderr)
         return 2
     target = Target(args.service, base_url(args.service, args.target), args.api_key)
     path = snapshot_path(args.out, args.service)

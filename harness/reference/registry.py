@@ -82,6 +82,8 @@ def load_registry(path: Path | None = None) -> list[Divergence]:
         raise RegistryError(f"cannot read the divergence registry {path}: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
         raise RegistryError(f"the divergence registry {path} is not valid YAML: {exc}") from exc
+    except ValueError as exc:  # not UTF-8, or a value YAML cannot build (a date such as 2024-13-45)
+        raise RegistryError(f"the divergence registry {path} cannot be read: {exc}") from exc
     entries = (raw or {}).get("divergences") if isinstance(raw, dict) else None
     if not isinstance(entries, list):
         raise RegistryError(f"the divergence registry {path} must be a mapping with a 'divergences' list")

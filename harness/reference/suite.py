@@ -7,6 +7,7 @@ checking; only the answers' run-to-run noise is normalised afterwards (see ``nor
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -95,6 +96,11 @@ _BASE_HINTS = {
 }
 
 
+#: An HTTP token (a method, a header name, RFC 9110) and a header value that can be sent as is.
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
+
+
 def base_url(service: str, url: str) -> str:
     """The URL a service's cases hang from: no trailing slash and, for Sandbox Fusion, no trailing ``/run_code``, so
     that the ``/run_code`` URL verl's ``sandbox_fusion_url`` takes names the same server as its root."""
@@ -114,6 +120,15 @@ def _case(path: Path, service: str, raw: Any, position: int) -> Case:
     for key in ("id", "method", "path"):
         if not isinstance(raw.get(key), str) or not raw[key]:
             raise SuiteError(f"{where}: '{key}' must be a non-empty string")
+    if not raw["path"].startswith("/"):
+        raise SuiteError(f"{where} ({raw['id']}): 'path' must start with '/', got {raw['path']!r}")
+    if not _TOKEN.fullmatch(raw["method"]):
+        raise SuiteError(f"{where} ({raw['id']}): 'method' must be an HTTP method such as GET, got {raw['method']!r}")
+    if "json" in raw:
+        try:  # as it will be sent: strict JSON, no NaN or infinity
+            json.dumps(raw["json"], allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise SuiteError(f"{where} ({raw['id']}): 'json' cannot be sent as JSON: {exc}") from None
     if "json" in raw and "data" in raw:
         raise SuiteError(f"{where} ({raw['id']}): give 'json' or 'data', not both")
     if not isinstance(raw.get("data", ""), str):
@@ -128,6 +143,9 @@ def _case(path: Path, service: str, raw: Any, position: int) -> Case:
         value = raw.get(key, {})
         if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
             raise SuiteError(f"{where} ({raw['id']}): '{key}' must map strings to strings")
+    for name, value in raw.get("headers", {}).items():
+        if not _TOKEN.fullmatch(name) or not _HEADER_VALUE.fullmatch(value):
+            raise SuiteError(f"{where} ({raw['id']}): header {name!r}: {value!r} cannot be sent as an HTTP header")
     return Case(
         id=raw["id"],
         service=service,
@@ -151,6 +169,8 @@ def _parsed(path: Path) -> dict[str, Any]:
         raise SuiteError(f"cannot read the suite {path}: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
         raise SuiteError(f"the suite {path} is not valid YAML: {exc}") from exc
+    except ValueError as exc:  # not UTF-8, or a value YAML cannot build (a date such as 2024-13-45)
+        raise SuiteError(f"the suite {path} cannot be read: {exc}") from exc
     if not isinstance(raw, dict):
         raise SuiteError(f"{path}: the suite must be a mapping with 'version: 1' and a list of cases per service")
     unknown = [key for key in raw if key not in _TOP_KEYS]
@@ -229,7 +249,7 @@ def run_case(client: httpx.Client, target: Target, case: Case, saved: dict[str, 
         kwargs["content"] = case.data.encode()
     try:
         response = client.request(case.method, url, **kwargs)
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:  # one case's trouble never ends the run
         return Answer(None, error=f"{type(exc).__name__}: {exc}")
     answer = Answer(response.status_code, _body(response))
     if case.save and isinstance(answer.body, dict):

@@ -21,6 +21,22 @@ def test_anything_else_is_said_with_the_value(url: str) -> None:
     assert url_problem(url) == f"{url!r} is not an http(s) URL with a host"
 
 
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://[::1", "is not a valid URL: Invalid IPv6 URL"),
+        ("http://h:99999", "is not a valid URL: Port out of range"),
+        ("http://h:x/", "is not a valid URL"),
+        ("http://h:0/", "has no valid port"),
+        ("http://h/run_code?x=1", "has a query or fragment; give the service's base URL"),
+        ("http://h/#top", "has a query or fragment"),
+    ],
+)
+def test_urls_that_paths_cannot_be_appended_to(url: str, message: str) -> None:
+    problem = url_problem(url)
+    assert problem is not None and problem.startswith(repr(url)) and message in problem
+
+
 def test_a_listening_port_is_reachable() -> None:
     with socket.create_server(("127.0.0.1", 0)) as server:
         port = server.getsockname()[1]
@@ -31,6 +47,7 @@ def test_a_closed_port_a_bad_port_and_an_unknown_host_are_said() -> None:
     with socket.create_server(("127.0.0.1", 0)) as server:
         port = server.getsockname()[1]
     assert unreachable(f"http://127.0.0.1:{port}") == f"cannot connect to 127.0.0.1:{port}: Connection refused"
-    assert unreachable("http://h:99999/") == "'http://h:99999/' has no valid port"
+    assert unreachable("http://h:99999/") == "'http://h:99999/' has no valid host and port"
+    assert unreachable("http://[::1") == "'http://[::1' has no valid host and port"
     problem = unreachable("https://sandbox.invalid/api")  # .invalid never resolves (RFC 2606)
     assert problem is not None and problem.startswith("cannot resolve 'sandbox.invalid'")

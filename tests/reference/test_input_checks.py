@@ -125,14 +125,27 @@ def test_check_reference_takes_the_run_code_url_and_refuses_a_wrong_key(
         ("version: 1\nsandbox-fusion: [5]\n", "{path}: sandbox-fusion case #1: expected a mapping, got int"),
         ("version: 1\nsandbox-fusion:\n- {id: a, method: POST, path: /run_code, data: 5}\n", "'data' must be a string"),
         ("version: 1\nsandbox-fusion:\n- {id: a, method: GET, path: /, normalize: x}\n", "normalize must be one of"),
+        ("version: 1\nsandbox-fusion:\n- {id: a, method: GET, path: run_code}\n", "'path' must start with '/'"),
+        ("version: 1\nsandbox-fusion:\n- {id: a, method: 'G T', path: /}\n", "'method' must be an HTTP method"),
+        ("version: 1\nsandbox-fusion:\n- {id: a, method: POST, path: /, json: {x: .nan}}\n", "cannot be sent as JSON"),
+        (
+            "version: 1\nsandbox-fusion:\n- {id: a, method: GET, path: /, headers: {'X A': b}}\n",
+            "cannot be sent as an HTTP header",
+        ),
+        (
+            'version: 1\nsandbox-fusion:\n- {id: a, method: GET, path: /, headers: {X-A: "b\\nc"}}\n',
+            "cannot be sent as an HTTP header",
+        ),
+        ("version: 1\nsandbox-fusion:\n- {id: a, method: POST, path: /, json: {d: 2024-13-45}}\n", "cannot be read"),
+        (b"version: 1\n\xff\xfe\n", "cannot be read"),
     ],
 )
 @pytest.mark.parametrize("command", ["record", "check-reference"])
 def test_a_malformed_suite_is_named_with_its_fault(
-    command: str, content: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    command: str, content: str | bytes, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     suite = tmp_path / "s.yaml"
-    suite.write_text(content)
+    suite.write_bytes(content if isinstance(content, bytes) else content.encode())
     args = [command, "--suite", str(suite)]
     args += ["--target", "http://127.0.0.1:9", "--out", str(tmp_path)] if command == "record" else []
     assert main(args) == 2
@@ -158,3 +171,32 @@ def test_a_service_without_a_snapshot_is_said_not_checked(tmp_path: Path, capsys
     assert report["unchecked"] == ["daytona"] and [s["service"] for s in report["services"]] == ["sandbox-fusion"]
     assert main(["check-reference", "--snapshots", str(tmp_path), "--service", "daytona"]) == 2
     assert f"no snapshot for daytona in {tmp_path}" in capsys.readouterr().err
+
+
+def test_a_check_that_compares_nothing_does_not_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "sandbox-fusion.json").write_text('{"cases": {}}')
+    assert main(["check-reference", "--snapshots", str(tmp_path), "--service", "sandbox-fusion"]) == 1
+    out = capsys.readouterr().out
+    assert "no case was compared" in out and out.rstrip().endswith("FAILED")
+    assert main(["check-reference", "--snapshots", str(tmp_path), "--service", "sandbox-fusion", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed"] is False and report["compared"] == 0
+
+
+def test_a_bad_registry_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    registry = tmp_path / "registry.yaml"
+    for content in (b"divergences:\n- {case: x, validated: 2024-13-45}\n", b"\xff\xfe"):
+        registry.write_bytes(content)
+        assert main(["check-reference", "--registry", str(registry)]) == 2
+        err = capsys.readouterr().err
+        assert f"the divergence registry {registry} cannot be read" in err and "Traceback" not in err
+
+
+def test_record_checks_its_out_dir_before_any_request(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("kept\n")
+    with EmulatorServer() as server:
+        assert main(["record", "--target", server.url, "--out", str(blocker)]) == 2
+        assert "exists and is not a directory; nothing recorded" in capsys.readouterr().err
+        assert server.emulator.journal.entries() == []
+    assert blocker.read_text() == "kept\n"
