@@ -40,7 +40,7 @@ from harness.bench.machine import MachineSpeed
 from harness.bench.stats import LevelResult, PoolTimings, write_csv, write_summary
 from harness.interrupts import INTERRUPTED, sigterm_as_interrupt
 from harness.outputs import dir_problem
-from harness.urls import url_problem
+from harness.urls import unreachable, url_problem
 
 EMULATOR_BACKENDS = ("emulator-sf-fast", "emulator-sf-faithful", "emulator-daytona-fast")
 DEFAULT_BACKENDS = (*EMULATOR_BACKENDS, "local-subprocess")
@@ -49,7 +49,15 @@ QUICK_LEVELS = (1, 8, 32)
 
 
 class BenchError(Exception):
-    """A problem the user can fix (bad argument, unreachable service): one line on stderr, exit status 2."""
+    """A problem the user can fix (bad argument, unreachable service): one line on stderr, exit status 2.
+
+    Raised by :func:`run` partway, it carries in ``completed`` the backends measured before (their files are
+    written), so that their table is still shown.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.completed: list[BackendRun] = []
 
 
 @dataclass(frozen=True)
@@ -160,7 +168,8 @@ async def run_backend(
                 for concurrency in options.levels:
                     level = await measure_level(backend, scenario, concurrency, options.warmups, options.iterations)
                     levels.append(level)
-                    progress(_progress_line(backend.name, level, options.fixed_latency_s))
+                    injected = options.fixed_latency_s if backend.name in EMULATOR_BACKENDS else None
+                    progress(_progress_line(backend.name, level, injected))
     finally:
         started = time.perf_counter()
         released = await asyncio.gather(
@@ -297,7 +306,11 @@ def run(options: BenchOptions, progress: Callable[[str], None] = lambda line: No
             with open_backend(name, options) as backend:
                 return await run_backend(backend, options, progress)
 
-        result = dataclasses.replace(asyncio.run(go()), machine_speed=speed)
+        try:
+            result = dataclasses.replace(asyncio.run(go()), machine_speed=speed)
+        except BenchError as exc:
+            exc.completed = runs
+            raise
         directory = options.out / name
         try:
             directory.mkdir(parents=True, exist_ok=True)
@@ -382,6 +395,19 @@ def _url(raw: str, flag: str) -> str:
     return raw.rstrip("/")
 
 
+def _services_unreachable(options: BenchOptions) -> str | None:
+    """Why a real service given by URL cannot be measured (nothing accepts a connection), or None: found before the
+    other backends spend their minutes, not after."""
+    for flag, url in (
+        ("--sandbox-fusion-url", options.sandbox_fusion_url),
+        ("--daytona-api-url", options.daytona_api_url),
+    ):
+        problem = unreachable(url) if url else None
+        if problem is not None:
+            return f"{flag}: {problem}"
+    return None
+
+
 def parse_options(args: argparse.Namespace) -> BenchOptions:
     """Validate the command line; :class:`BenchError` says what is wrong."""
     given = args.backends is not None  # an empty --backends is a mistake, not "all of them"
@@ -412,6 +438,8 @@ def parse_options(args: argparse.Namespace) -> BenchOptions:
         backends += ("daytona",)
     if not backends:
         raise BenchError("no backend to run")
+    if latency is not None and not any(name in EMULATOR_BACKENDS for name in backends):
+        raise BenchError("--fixed-latency-ms is injected by the emulator, and none of these backends runs on it")
     out = Path(args.out) if args.out else Path("bench-results") / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return BenchOptions(
         backends=backends,
@@ -434,13 +462,17 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         options = parse_options(args)
-        problem = dir_problem(options.out, "--out")  # found out before measuring, not after
+        # found out before measuring, not after; made by the first backend's results (a failure before, no dir)
+        problem = dir_problem(options.out, "--out", create=False) or _services_unreachable(options)
         if problem:
             raise BenchError(problem)
         with ExitStack() as stack:
             stack.enter_context(sigterm_as_interrupt())
             runs = run(options, say)
     except BenchError as exc:
+        if exc.completed:  # measured and written before the failure: shown, not lost
+            print(table(exc.completed, options.fixed_latency_s))
+            say(f"results of {', '.join(r.backend for r in exc.completed)}: {options.out}/<backend>/")
         print(f"sandbox-emulator bench: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

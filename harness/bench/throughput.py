@@ -163,8 +163,8 @@ def run_mode(
 
 def main(args: argparse.Namespace) -> int:
     try:
-        levels = [int(x) for x in str(args.concurrency).split(",") if x.strip()]
-        modes = [m.strip() for m in str(args.modes).split(",") if m.strip()]
+        levels = list(dict.fromkeys(int(x) for x in str(args.concurrency).split(",") if x.strip()))
+        modes = list(dict.fromkeys(m.strip() for m in str(args.modes).split(",") if m.strip()))
     except ValueError:
         print(
             f"sandbox-emulator bench-throughput: --concurrency must be integers, got {args.concurrency!r}",
@@ -192,6 +192,13 @@ def main(args: argparse.Namespace) -> int:
         return 2
     if args.requests < 0:
         print("sandbox-emulator bench-throughput: --requests must be 0 (scaled to the level) or more", file=sys.stderr)
+        return 2
+    if args.requests and args.requests < max(levels):  # a level would run with fewer connections than it says
+        print(
+            f"sandbox-emulator bench-throughput: --requests {args.requests} is fewer than --concurrency "
+            f"{max(levels)}: a level needs at least one request per connection",
+            file=sys.stderr,
+        )
         return 2
     temp_root = getattr(args, "temp_root", None)
     from harness.cli import check_temp_root

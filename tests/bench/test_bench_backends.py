@@ -164,15 +164,48 @@ def test_plot_and_fixed_latency(tmp_path: Path, capsys: pytest.CaptureFixture[st
         (["--scenarios", "nope"], "unknown 'nope'"),
         (["--sandbox-fusion-url", "localhost:8080"], "is not an http(s) URL"),
         (["--daytona-api-url", "ftp://example.com"], "is not an http(s) URL"),
-        (["--sandbox-fusion-url", "http://127.0.0.1:9", "--concurrency", "1"], "sandbox-fusion: the service failed"),
+        (["--sandbox-fusion-url", "http://127.0.0.1:9", "--concurrency", "1"], "--sandbox-fusion-url: cannot connect"),
+        (["--sandbox-fusion-url", "http://[::1"], "is not a valid URL"),
+        (["--backends", "local-subprocess", "--fixed-latency-ms", "50"], "none of these backends runs on it"),
     ],
 )
 def test_bad_arguments_are_a_clear_error(args: list[str], message: str, tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "harness.cli", "bench", "--quick", "--no-plot", "--out", str(tmp_path), *args]
+    cmd = [sys.executable, "-m", "harness.cli", "bench", "--quick", "--no-plot", "--out", str(tmp_path / "out"), *args]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     assert message in done.stderr
     assert "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_backends_measured_before_a_failure_are_shown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A service that accepts connections but is no Sandbox Fusion fails after the local baseline ran: that
+    baseline's table is still printed, and its files are there."""
+    import http.server
+    import threading
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_error(404)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    out = tmp_path / "out"
+    try:
+        argv = ["bench", "--backends", "local-subprocess", "--scenarios", "simple_stdout", "--concurrency", "1"]
+        argv += ["--warmups", "0", "--iterations", "1", "--no-plot", "--out", str(out)]
+        argv += ["--sandbox-fusion-url", f"http://127.0.0.1:{server.server_address[1]}"]
+        assert cli_main(argv) == 2
+    finally:
+        server.shutdown()
+        server.server_close()
+    captured = capsys.readouterr()
+    assert "sandbox-fusion: the service failed a first print(2 + 2)" in captured.err
+    assert "local-subprocess" in captured.out and "simple_stdout" in captured.out
+    assert (out / "local-subprocess" / "results.csv").is_file()
 
 
 @pytest.mark.parametrize(
@@ -181,6 +214,7 @@ def test_bad_arguments_are_a_clear_error(args: list[str], message: str, tmp_path
         (["--modes", ""], "--modes: unknown an empty list"),
         (["--modes", "fast,quick"], "--modes: unknown 'quick'"),
         (["--concurrency", "0"], "--concurrency takes positive integers, got '0'"),
+        (["--concurrency", "1,64", "--requests", "10"], "--requests 10 is fewer than --concurrency 64"),
     ],
 )
 def test_bench_throughput_names_the_bad_option(

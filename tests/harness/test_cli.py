@@ -119,9 +119,9 @@ def test_bench_throughput_runs_end_to_end_with_either_client(tmp_path: Path) -> 
 
     for client in ("lean", "aiohttp"):
         out = tmp_path / f"{client}.json"
+        repeated = ["--modes", "fast,fast", "--concurrency", "3,3"]  # said twice, measured once
         result = _run(
-            "bench-throughput", "--modes", "fast", "--concurrency", "3", "--requests", "9", "--client", client,
-            "--json", str(out),
+            "bench-throughput", *repeated, "--requests", "9", "--client", client, "--json", str(out),
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
         assert re.search(r"^fast\s+3\s+9\s+0\s+\d+\.\d$", result.stdout, re.MULTILINE), result.stdout
