@@ -25,7 +25,9 @@ Chaos options: ``--chaos-seed N`` (default 0) derives each test's plan seed from
 plan's own seed, so a test's decisions depend on nothing else. When a test that used the emulator fails, its decision
 log is written under ``--chaos-log-dir`` (default ``.chaos`` in the rootdir) and the failure report names the one
 command that replays it: ``pytest '<nodeid>' --chaos-replay=<log>``, which answers every request from that log
-(strictly: a request the log does not hold is an error).
+(strictly: a request the log does not hold is an error). Both are checked once, at the start: a log dir that is a
+file or cannot be created, and a replay log that cannot be read, is not a decision log or holds no decisions, are
+one usage error (exit 4) instead of an error in every test.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from emulator.faults.replay import ReplayEngine
 from emulator.journal import Journal
 from emulator.server import EmulatorServer
 from harness.chaos.seeds import DEFAULT_CHAOS_SEED, derive_seed, log_path_for, parse_chaos_seed, replay_command
+from harness.outputs import dir_problem
 
 #: The reference checks' options (``--reference-url``, ``--reference-service``) and fixtures.
 pytest_plugins = ["harness.reference.plugin"]
@@ -87,6 +90,8 @@ class ChaosSettings:
     seed: int
     log_dir: Path
     replay: Path | None
+    #: The decisions read from ``replay``, once: each test replays a fresh engine over them.
+    replay_log: DecisionLog | None = None
     #: ``(nodeid, command)`` of every failing test whose decisions were logged, for the terminal summary.
     commands: list[tuple[str, str]] = field(default_factory=list)
 
@@ -110,11 +115,34 @@ def pytest_configure(config: pytest.Config) -> None:
     here = config.invocation_params.dir
     raw_dir = config.getoption("--chaos-log-dir", None)
     log_dir = (here / raw_dir).resolve() if raw_dir else config.rootpath / ".chaos"
+    problem = dir_problem(log_dir, "--chaos-log-dir", create=False) if raw_dir else None
+    if problem is not None:  # said once, not as an INTERNALERROR at the first failing test
+        raise pytest.UsageError(problem)
     raw_replay = config.getoption("--chaos-replay", None)
     replay = (here / raw_replay).resolve() if raw_replay else None
-    if replay is not None and not replay.is_file():
-        raise pytest.UsageError(f"--chaos-replay: no decision log at {replay}")
-    config.stash[_SETTINGS] = ChaosSettings(seed, log_dir, replay)
+    replay_log = _load_replay(replay) if replay is not None else None
+    config.stash[_SETTINGS] = ChaosSettings(seed, log_dir, replay, replay_log)
+
+
+def _load_replay(path: Path) -> DecisionLog:
+    """The decision log at ``path`` (``--chaos-replay``), or a usage error saying why it cannot be replayed."""
+    if not path.is_file():
+        raise pytest.UsageError(f"--chaos-replay: no decision log at {path}")
+    try:
+        log = DecisionLog.load_jsonl(path)
+    except UnicodeDecodeError as exc:
+        raise pytest.UsageError(f"--chaos-replay: {path}: not a decision log (not UTF-8 text: {exc.reason})") from None
+    except FaultPlanError as exc:  # unreadable, or a line that is not one JSON object; says the file (and line)
+        raise pytest.UsageError(f"--chaos-replay: {exc}") from None
+    try:
+        ReplayEngine(log)  # every record must be a decision
+    except FaultPlanError as exc:
+        raise pytest.UsageError(f"--chaos-replay: {path}: not a decision log: {exc.message}") from None
+    if not len(log):
+        raise pytest.UsageError(
+            f"--chaos-replay: {path} holds no decisions (a failing test's log has one per emulator request)"
+        )
+    return log
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -179,7 +207,7 @@ def attach_chaos(emulator: Emulator, request: pytest.FixtureRequest) -> Callable
     original = emulator.engine
     request.node.stash[_SEED] = _test_plan(emulator, request).seed
     emulator.reset()
-    replay_log = _chaos_settings(request.config).replay
+    replay_log = _chaos_settings(request.config).replay_log
     if replay_log is not None:
         _use_engine(emulator, ReplayEngine(replay_log, strict=True, clock=emulator.clock))
     request.node.stash[_EMULATOR] = emulator
@@ -226,8 +254,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     item.stash[_DUMPED] = True
     settings = _chaos_settings(item.config)
     log: DecisionLog = emulator.engine.log
+    if not len(log):  # a log with no decisions replays nothing (and --chaos-replay refuses it)
+        report.sections.append(("chaos replay", "no fault decisions: the test made no emulator request\n"))
+        return
     suffix = ".replay" if settings.replay is not None else ""
-    path = log.dump_jsonl(log_path_for(settings.log_dir, item.nodeid, suffix))
+    path = log_path_for(settings.log_dir, item.nodeid, suffix)
+    try:
+        log.dump_jsonl(path)
+    except OSError as exc:  # the log dir went away or filled up during the run: the test's own failure stands
+        reason = exc.strerror or str(exc)
+        report.sections.append(("chaos replay", f"{len(log)} fault decisions not written to {path}: {reason}\n"))
+        return
     command = replay_command(item.nodeid, settings.replay if settings.replay is not None else path)
     seed_note = "" if settings.replay is not None else f" (chaos seed {settings.seed})"
     report.sections.append(

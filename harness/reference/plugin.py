@@ -5,6 +5,11 @@ can re-validate fidelity themselves.
 Tests take a base URL from ``reference_sandbox_fusion_url`` or a :class:`~harness.reference.suite.Target` from
 ``reference_daytona``; without the options (or for the other service) these point at an emulator on a loopback
 port, started once per session.
+
+The options are checked once, at the start: a ``--reference-url`` that is malformed, that nothing answers on, or
+whose probe (``suite.PROBES``) fails (a wrong base URL, a refused key) is one usage error, not a failure in every
+test; so is ``--reference-service`` or ``--reference-api-key`` without ``--reference-url``, and a key for Sandbox
+Fusion, which takes none.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from harness.reference.suite import SERVICES, Target, base_url
+from harness.reference.suite import SERVICES, Target, base_url, probe
 from harness.urls import unreachable, url_problem
 
 
@@ -30,7 +35,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--reference-service",
         choices=SERVICES,
-        default="sandbox-fusion",
+        default=None,  # None: sandbox-fusion; given without --reference-url, it is refused
         help="which service --reference-url is (default: sandbox-fusion)",
     )
     group.addoption(
@@ -46,10 +51,45 @@ def _option(config: pytest.Config, name: str, default: Any = None) -> Any:
     return config.getoption(name, default=default)
 
 
+def _service(config: pytest.Config) -> str:
+    """The service ``--reference-url`` is (``--reference-service``, default ``sandbox-fusion``)."""
+    return str(_option(config, "reference_service") or "sandbox-fusion")
+
+
+def _api_key(config: pytest.Config) -> str | None:
+    """The live Daytona's bearer key: ``--reference-api-key``, else ``$DAYTONA_API_KEY``."""
+    return _option(config, "reference_api_key") or os.environ.get("DAYTONA_API_KEY")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     url = _option(config, "reference_url")
-    problem = (url_problem(str(url)) or unreachable(str(url))) if url else None
-    if problem is not None:  # said once, not as a connection error in every test
+    service = _service(config)
+    if not url and _option(config, "reference_service") is not None:
+        raise pytest.UsageError(
+            "--reference-service has no effect without --reference-url (the reference tests then run against the "
+            "emulator)"
+        )
+    if _option(config, "reference_api_key") is not None:
+        if not url:
+            raise pytest.UsageError(
+                "--reference-api-key is for a live Daytona (--reference-url with --reference-service daytona); "
+                "the emulator uses its own"
+            )
+        if service != "daytona":
+            raise pytest.UsageError(
+                "--reference-api-key is Daytona's (--reference-service daytona); Sandbox Fusion takes none"
+            )
+    if not url:
+        return
+    # Said once, not as a connection error (or, for a wrong base URL, a 404) in every test.
+    problem = url_problem(str(url)) or unreachable(str(url))
+    if problem is not None:
+        raise pytest.UsageError(f"--reference-url: {problem}")
+    key = _api_key(config) if service == "daytona" else None
+    problem = probe(Target(service, base_url(service, str(url)), key))
+    if problem is not None:
+        # probe() speaks of the CLI's --api-key; here the key is --reference-api-key.
+        problem = problem.replace("without --api-key", "without --reference-api-key")
         raise pytest.UsageError(f"--reference-url: {problem}")
 
 
@@ -57,12 +97,12 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     url = _option(config, "reference_url")
     if not url:
         return None
-    return f"reference: {_option(config, 'reference_service', 'sandbox-fusion')} at {url} (not the emulator)"
+    return f"reference: {_service(config)} at {url} (not the emulator)"
 
 
 def _live(config: pytest.Config, service: str) -> str | None:
     url = _option(config, "reference_url")
-    if url and _option(config, "reference_service", "sandbox-fusion") == service:
+    if url and _service(config) == service:
         return base_url(service, str(url))
     return None
 
@@ -97,7 +137,6 @@ def reference_daytona(pytestconfig: pytest.Config, request: pytest.FixtureReques
     """The Daytona under test: its API URL and bearer key."""
     live = _live(pytestconfig, "daytona")
     if live:
-        key = _option(pytestconfig, "reference_api_key") or os.environ.get("DAYTONA_API_KEY")
-        return Target("daytona", live, key)
+        return Target("daytona", live, _api_key(pytestconfig))
     server = request.getfixturevalue("reference_emulator")
     return Target("daytona", server.url + "/api", server.emulator.config.daytona.api_key)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from emulator.faults.decision import Decision
 from harness.chaos.seeds import derive_seed, log_path_for, parse_chaos_seed, replay_command
 
 USER_TESTS = """
@@ -121,8 +122,9 @@ def test_more_requests(sandbox_fusion_url):
     assert "no logged decision for route='sandbox_fusion.run_code' key='not-in-log' attempt=1" in r.json()["detail"]
 """
     )
-    log = pytester.path / "empty.jsonl"
-    log.write_text("")
+    log = pytester.path / "other.jsonl"  # one decision, for another key (an empty log is refused at start)
+    other = Decision(route="sandbox_fusion.run_code", key="other-key", attempt=1, ordinal=1)
+    log.write_text(json.dumps(other.to_record()) + "\n")
     _run_inprocess(pytester, monkeypatch, "x", f"--chaos-replay={log}").assert_outcomes(passed=1)
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator.app import Emulator
+from emulator.app import Emulator, EmulatorConfig
+from emulator.daytona.config import DaytonaConfig
 from emulator.server import EmulatorServer
 
 REFERENCE_TESTS = Path(__file__).resolve().parent / "test_sandbox_fusion_reference.py"
@@ -34,7 +35,7 @@ def test_fixtures_point_at_the_live_service(pytester: pytest.Pytester) -> None:
         result = pytester.runpytest_inprocess("-p", "harness.reference.plugin", "--reference-url", live.url + "/")
         routes = [e.route for e in live.emulator.journal.entries()]
     result.assert_outcomes(passed=1)
-    assert routes == ["sandbox_fusion.run_code"]
+    assert routes == ["sandbox_fusion.ping", "sandbox_fusion.run_code"]  # the probe, once, then the test
 
 
 def test_a_bad_reference_url_is_a_usage_error(pytester: pytest.Pytester) -> None:
@@ -54,9 +55,14 @@ def test_a_reference_url_nothing_answers_is_one_usage_error(pytester: pytest.Pyt
     result.stderr.fnmatch_lines([f"*--reference-url: cannot connect to 127.0.0.1:{port}: Connection refused*"])
 
 
-def test_daytona_service_option(pytester: pytest.Pytester) -> None:
-    with socket.create_server(("127.0.0.1", 0)) as listening:  # the plugin only connects to it, up front
-        url = f"http://127.0.0.1:{listening.getsockname()[1]}/api"
+def _daytona(api_key: str) -> EmulatorServer:
+    return EmulatorServer(Emulator(EmulatorConfig(daytona=DaytonaConfig(api_key=api_key))))
+
+
+def test_daytona_service_option(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DAYTONA_API_KEY", raising=False)
+    with _daytona("k1") as live:
+        url = live.url + "/api"
         pytester.makepyfile(
             f"""
             def test_target(reference_daytona):
@@ -67,7 +73,74 @@ def test_daytona_service_option(pytester: pytest.Pytester) -> None:
             "-p", "harness.reference.plugin", "--reference-url", url, "--reference-service", "daytona",
             "--reference-api-key", "k1",
         )  # fmt: skip
+        routes = [e.route for e in live.emulator.journal.entries()]
     result.assert_outcomes(passed=1)
+    assert routes == ["daytona.sandbox.list"]  # the plugin's probe, with the key
+
+
+def _refused(result: pytest.RunResult) -> str:
+    """The one-line usage error of ``result``, after checking nothing ran and nothing else came out."""
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.outlines + result.errlines
+    output = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in output and "Traceback" not in output and "never_runs" not in output, output
+    errors = [line for line in result.errlines if line.startswith("ERROR: ")]
+    assert len(errors) == 1, result.errlines
+    return errors[0].removeprefix("ERROR: ")
+
+
+NEVER_RUNS = "def test_never_runs(reference_sandbox_fusion_url):\n    raise AssertionError\n"
+NO_URL = "has no effect without --reference-url (the reference tests then run against the emulator)"
+KEY_NO_URL = "is for a live Daytona (--reference-url with --reference-service daytona); the emulator uses its own"
+KEY_FUSION = "is Daytona's (--reference-service daytona); Sandbox Fusion takes none"
+CLOSED = "http://127.0.0.1:1"  # refused before any connection is tried
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--reference-service", "daytona"], f"--reference-service {NO_URL}"),
+        (["--reference-service", "sandbox-fusion"], f"--reference-service {NO_URL}"),
+        (["--reference-api-key", "k1"], f"--reference-api-key {KEY_NO_URL}"),
+        (["--reference-url", CLOSED, "--reference-api-key", "k1"], f"--reference-api-key {KEY_FUSION}"),
+        (
+            ["--reference-url", CLOSED, "--reference-service", "sandbox-fusion", "--reference-api-key", "k1"],
+            f"--reference-api-key {KEY_FUSION}",
+        ),
+    ],
+    ids=["service-without-url", "default-service-without-url", "key-without-url", "key-for-fusion", "key-for-fusion-2"],
+)
+def test_options_that_would_be_ignored_are_usage_errors(
+    pytester: pytest.Pytester, args: list[str], message: str
+) -> None:
+    pytester.makepyfile(NEVER_RUNS)
+    assert _refused(pytester.runpytest_inprocess("-p", "harness.reference.plugin", *args)) == message
+
+
+def test_a_wrong_base_url_is_one_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(NEVER_RUNS)
+    with EmulatorServer(Emulator()) as live:
+        url = live.url + "/nope"
+        result = pytester.runpytest_inprocess("-p", "harness.reference.plugin", "--reference-url", url)
+    assert _refused(result) == (
+        f"--reference-url: GET {url}/v1/ping answered 404 Not Found: is {url} the base URL? "
+        "(Sandbox Fusion's base URL is the server root, e.g. http://host:8080)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "who"), [("wrong", "the API key"), (None, "a request without --reference-api-key")], ids=["wrong", "none"]
+)
+def test_a_refused_daytona_key_is_one_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, key: str | None, who: str
+) -> None:
+    monkeypatch.delenv("DAYTONA_API_KEY", raising=False)
+    pytester.makepyfile("def test_never_runs(reference_daytona):\n    raise AssertionError\n")
+    with _daytona("k1") as live:
+        args = ["--reference-url", live.url + "/api", "--reference-service", "daytona"]
+        args += ["--reference-api-key", key] if key is not None else []
+        result = pytester.runpytest_inprocess("-p", "harness.reference.plugin", *args)
+    probe = "on its probe GET /sandbox?limit=1"
+    assert _refused(result) == f"--reference-url: the service refused {who} (401 Unauthorized) {probe}"
 
 
 def test_conformance_tests_run_against_the_live_service(pytester: pytest.Pytester) -> None:
@@ -83,4 +156,5 @@ def test_conformance_tests_run_against_the_live_service(pytester: pytest.Pyteste
         )
         paths = [e.route for e in live.emulator.journal.entries()]
     result.assert_outcomes(passed=2)
-    assert paths == ["sandbox_fusion.run_code"]  # the recorded case went to the live service (a 404 is not journaled)
+    # The plugin's probe, then the recorded case went to the live service (a 404 is not journaled).
+    assert paths == ["sandbox_fusion.ping", "sandbox_fusion.run_code"]
