@@ -74,7 +74,7 @@ def _serve(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         print(f"sandbox-emulator: --port must be between 0 and 65535, got {args.port}", file=sys.stderr)
         return 2
-    from emulator.daytona import DEFAULT_API_KEY, DaytonaConfig
+    from emulator.daytona import DEFAULT_API_KEY, DaytonaConfig, tier_throttlers
 
     if args.daytona_api_key is not None and not args.daytona_api_key.strip():
         print("sandbox-emulator: --daytona-api-key must not be empty", file=sys.stderr)
@@ -82,7 +82,8 @@ def _serve(args: argparse.Namespace) -> int:
     executor_config = _executor_config(args)
     assert isinstance(executor_config, ExecutorConfig)
     daytona_key = args.daytona_api_key or DEFAULT_API_KEY
-    config = EmulatorConfig(executor=executor_config, daytona=DaytonaConfig(api_key=daytona_key))
+    throttlers = () if args.daytona_tier == "none" else tier_throttlers(int(args.daytona_tier))
+    config = EmulatorConfig(executor=executor_config, daytona=DaytonaConfig(api_key=daytona_key, throttlers=throttlers))
     try:
         emulator = Emulator(config, faults=args.faults)
     except (FaultPlanError, OSError, ValueError) as exc:
@@ -133,6 +134,12 @@ def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
     serve.add_argument("--faults", metavar="FILE_OR_PROFILE", help="fault plan: a YAML/JSON file or a profile name")
     serve.add_argument(
         "--daytona-api-key", metavar="KEY", help="bearer key the Daytona API accepts (default: printed at start)"
+    )
+    serve.add_argument(
+        "--daytona-tier",
+        choices=["1", "2", "3", "4", "none"],
+        default="1",
+        help="the Daytona API's rate limits (its throttlers and their headers): a tier's, or none (default: 1)",
     )
     serve.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     _add_runtime_options(serve)

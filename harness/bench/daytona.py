@@ -1,8 +1,10 @@
 """Daytona benchmark through the real SDK: sandboxes created/s, code_run and run_code calls/s, peak RSS.
 
-The emulator runs as its own process (``sandbox-emulator serve``); the SDK (``AsyncDaytona``) drives it from this
-one, all sandboxes at once (concurrency = ``--sandboxes``, 128 by default, as the verl benchmark). Peak RSS is the
-server process's VmHWM with every sandbox alive (interpreter processes are separate and listed apart).
+The emulator runs as its own process (``sandbox-emulator serve``, without Daytona's throttlers: see
+:mod:`harness.bench.emulator_process`); the SDK (``AsyncDaytona``) drives it from this one, all sandboxes at once
+(concurrency = ``--sandboxes``, 128 by default, as the verl benchmark). Peak RSS is the server process's VmHWM with
+every sandbox alive (interpreter processes are separate and listed apart). An error the SDK raises is one line and
+exit status 1.
 """
 
 from __future__ import annotations
@@ -88,13 +90,21 @@ def main(args: argparse.Namespace) -> int:
         print(f"sandbox-emulator bench-daytona: {exc}", file=sys.stderr)
     else:
         print(f"machine speed: {speed.describe()}", file=sys.stderr, flush=True)
+    from daytona import DaytonaError
+
     try:
+        # Its emulator applies no Daytona throttlers (EmulatorProcess's default): a pool of more than 300 is not
+        # refused by Tier 1's creation limit, which is not what this benchmark measures.
         with EmulatorProcess() as emulator:
             assert emulator.pid is not None
             figures = asyncio.run(_run(emulator.base_url, args.sandboxes, args.rounds, emulator.pid))
     except EmulatorStartError as exc:
         print(f"sandbox-emulator bench-daytona: {exc}", file=sys.stderr)
         return 2
+    except DaytonaError as exc:  # the service refused or failed a call: one line, not the SDK's traceback
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        print(f"sandbox-emulator bench-daytona: the Daytona SDK failed: {reason}", file=sys.stderr)
+        return 1
     if speed is not None:
         figures["machine_python_loop_ns"] = speed.python_loop_ns
         figures["machine_fork_exit_ms"] = speed.fork_exit_ms

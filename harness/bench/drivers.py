@@ -50,6 +50,10 @@ class CallOutcome:
         return self.infra_fault is None and scenario.expect in self.text and self.had_error == scenario.had_error
 
 
+class PoolCreationError(RuntimeError):
+    """A pool slot whose sandbox could not be created (the message says which and why)."""
+
+
 class Backend(Protocol):
     """One sandbox service seen through its client (and, for the benchmark's own emulator, its journal)."""
 
@@ -123,8 +127,19 @@ class DaytonaBackend:
         self._ids: dict[int, str] = {}
 
     async def create(self, index: int) -> None:
-        # A sandbox the tool could not create shows up as an infra fault on that slot's calls (counted as failures).
-        self._ids[index], _ = await self.tool.create(f"bench-{index:04d}")
+        """Create slot ``index``'s sandbox; :class:`PoolCreationError` if the tool could not.
+
+        The tool does not raise for a sandbox it could not create: it keeps the fault on the slot and answers each of
+        the slot's calls with it. A benchmark would then count those calls as failures, with no word of why; so the
+        slot is checked here, and the pool check of ``run_backend`` reports the reason instead.
+        """
+        instance_id, _ = await self.tool.create(f"bench-{index:04d}")
+        slot = self.tool._calls.get(instance_id)  # the tool's call-scope slot (no public accessor)
+        if slot is None or slot.sandbox is None:
+            await self.tool.release(instance_id)  # forget the empty slot
+            reason = slot.fault if slot is not None else None
+            raise PoolCreationError(f"sandbox {index}: {reason or 'the tool kept no sandbox for it'}")
+        self._ids[index] = instance_id
 
     async def call(self, index: int, scenario: Scenario) -> CallOutcome:
         response, _, metrics = await self.tool.execute(self._ids[index], {"code": scenario.code})

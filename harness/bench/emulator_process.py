@@ -2,6 +2,10 @@
 
 A separate process, so the load generator's event loop and the emulator's do not share one interpreter (and one
 core's worth of GIL): the figures are then the emulator's, not the client's.
+
+Its emulated Daytona applies no tier's rate limits by default (``serve --daytona-tier none``): a benchmark measures
+the emulator, and ``serve``'s default (Daytona's Tier 1, 300 sandbox creations a minute) would refuse any pool above
+300. A fault plan's limits still apply.
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ class EmulatorProcess:
     fault_plan: Mapping[str, Any] | None = None
     #: More ``serve`` options (``--python PATH``, ``--temp-root DIR``).
     serve_args: Sequence[str] = ()
+    #: The rate limits of its emulated Daytona (``serve --daytona-tier``): none by default (see the module's
+    #: docstring), or a tier's, "1" to "4".
+    daytona_tier: str = "none"
     base_url: str = ""
     _proc: subprocess.Popen[str] | None = field(default=None, repr=False)
     _plan_file: str | None = field(default=None, repr=False)
@@ -61,7 +68,7 @@ class EmulatorProcess:
 
     def _start(self) -> None:
         cmd = [sys.executable, "-m", "harness.cli", "serve", "--port", "0", "--python-mode", self.python_mode]
-        cmd += ["--daytona-api-key", DAYTONA_KEY, *self.serve_args]
+        cmd += ["--daytona-api-key", DAYTONA_KEY, "--daytona-tier", self.daytona_tier, *self.serve_args]
         if self.fault_plan is not None:
             handle, self._plan_file = tempfile.mkstemp(prefix="bench-plan-", suffix=".json")
             with os.fdopen(handle, "w") as out:

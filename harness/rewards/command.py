@@ -37,6 +37,8 @@ def summary_lines(result: GRPOJobResult) -> list[str]:
         f" {stats.timeouts} timeouts, {stats.infra_failures} infra failures, {stats.create_failures} failed creations,"
         f" {stats.orphans_deleted} orphans deleted, {stats.gave_up} completions given up",
     ]
+    if result.pool_problem is not None:
+        lines.append(f"pool short     {result.pool_problem}")
     if result.runs_per_program is not None:
         ran = sum(result.runs_per_program.values())
         line = f"journal        {ran} programs ran; each completion ran exactly once: "
@@ -70,6 +72,7 @@ def result_json(result: GRPOJobResult) -> dict[str, Any]:
         "ran_again": result.ran_again,
         "sandboxes_left": result.sandboxes_left,
         "faults_injected": result.faults_injected,
+        "pool_problem": result.pool_problem,
         "wall_s": result.wall_s,
         "train_s": result.train_s,
         "ok": result.ok,
@@ -121,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
         if problem:  # the summary above is already out; say why the file is not
             print(f"error: {problem}", file=sys.stderr)
             return 2
+    if result.pool_problem is not None:  # trained on fewer sandboxes than asked for: not a clean run
+        print(f"error: {result.pool_problem}", file=sys.stderr)
     return 0 if result.ok else 1
 
 
@@ -137,14 +142,18 @@ def register_cli(sub: Any) -> None:
     parser.add_argument("--generations", type=int, default=4, help="completions per prompt (default: 4)")
     parser.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help="comma-separated task names")
     parser.add_argument("--pool", type=int, default=8, help="sandboxes created up front (default: 8)")
-    parser.add_argument("--timeout", type=float, default=1.0, help="seconds a program may run (default: 1)")
+    parser.add_argument(
+        "--timeout", type=float, default=1.0, help="seconds a program may run, at most 600 (default: 1)"
+    )
     parser.add_argument("--faults", metavar="PROFILE_OR_FILE", help="fault plan for the embedded emulator")
     parser.add_argument(
         "--shared-context", action="store_true", help="run in the default interpreter context, as Daytona's example"
     )
     parser.add_argument("--api-url", help="a real Daytona API URL instead of the embedded emulator")
     parser.add_argument("--api-key", help="the Daytona API key for --api-url (default: DAYTONA_API_KEY)")
-    parser.add_argument("--seed", type=int, default=0, help="model initialisation and sampling (default: 0)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="model initialisation and sampling, 0 to 2**32 - 1 (default: 0)"
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     parser.add_argument("--quiet", action="store_true", help="no line per step")
     parser.set_defaults(func=run)

@@ -3,6 +3,7 @@ Daytona, and the figures that say whether the rewards were right and the sandbox
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections import Counter
@@ -26,6 +27,13 @@ from harness.urls import url_problem
 
 #: Called after each training step with (step, steps, that step's log entry).
 StepProgress = Callable[[int, int, dict[str, Any]], None]
+
+#: The longest ``--timeout`` (seconds) a program may be given: the Daytona daemon's own default limit for
+#: ``run_code``, ten minutes (the emulator's ``DaytonaConfig.interpreter_timeout``). A reward program that runs longer
+#: stalls its whole training step; a larger figure is almost always a slip (``1e12``, ``inf``).
+MAX_TIMEOUT_S = 600.0
+#: Seeds numpy accepts (``np.random.seed``, which the trainer calls): ``0 <= seed < 2**32``.
+MAX_SEED = 2**32 - 1
 
 
 class GRPOJobError(RuntimeError):
@@ -55,6 +63,8 @@ class GRPOJobResult:
     runs_per_program: Counter[str] | None = None  # embedded emulator only: from its journal
     expected_runs: Counter[str] = field(default_factory=Counter)
     faults_injected: dict[str, int] = field(default_factory=dict)
+    #: Why the last sandbox creation failed ("" when none did).
+    create_error: str = ""
 
     @property
     def completions(self) -> int:
@@ -81,10 +91,21 @@ class GRPOJobResult:
         return 0 if self.runs_per_program is None else (self.runs_per_program - self.expected_runs).total()
 
     @property
+    def pool_problem(self) -> str | None:
+        """Why the pool fell short of its size up front (some sandboxes could not be created), or None."""
+        missing = self.pool.not_created
+        if not missing:
+            return None
+        size = self.options.pool_size
+        reason = f" (last error: {self.create_error})" if self.create_error else ""
+        return f"only {size - missing} of the pool's {size} sandboxes could be created{reason}"
+
+    @property
     def ok(self) -> bool:
-        """No completion ran twice, each one that never ran is one the pool gave up on, and no sandbox is left."""
+        """The whole pool was created, no completion ran twice, each one that never ran is one the pool gave up on,
+        and no sandbox is left."""
         accounted = self.runs_per_program is None or self.never_ran == self.pool.gave_up
-        return self.ran_again == 0 and accounted and not self.sandboxes_left
+        return self.pool_problem is None and self.ran_again == 0 and accounted and not self.sandboxes_left
 
 
 def expected_runs(recorder: RecordingReward) -> Counter[str]:
@@ -113,7 +134,7 @@ def _progress_callback(progress: StepProgress, steps: int) -> Any:
 
 def _train(
     options: GRPOJobOptions, config: Any, progress: StepProgress | None
-) -> tuple[GRPOOutcome, RecordingReward, PoolStats, float]:
+) -> tuple[GRPOOutcome, RecordingReward, DaytonaPool, float]:
     pool = DaytonaPool(options.pool_size, config, fresh_context=options.fresh_context)
     callbacks = [] if progress is None else [_progress_callback(progress, options.settings.steps)]
     try:
@@ -124,7 +145,26 @@ def _train(
             train_s = time.monotonic() - started
     except PoolExhaustedError as exc:
         raise GRPOJobError(f"the sandbox pool: {exc}") from None
-    return outcome, recorder, pool.stats, train_s
+    return outcome, recorder, pool, train_s
+
+
+def embedded_emulator(faults: Any = None) -> Any:
+    """The emulator the job runs on when no ``--api-url`` is given, under the fault plan ``faults``.
+
+    Its Daytona applies none of the tier throttlers a served emulator applies by default (Tier 1: 300 sandbox
+    creations a minute): the job's pool is created all at once, and a pool of more than 300 would otherwise fall
+    short for a limit the user never asked for. A plan with limits (e.g. the ``daytona-tier1`` profile) still
+    applies them.
+    """
+    from emulator.app import Emulator, EmulatorConfig
+    from emulator.daytona import DaytonaConfig as EmulatedDaytona
+    from emulator.faults import load_plan
+
+    try:
+        plan = load_plan(faults)
+    except (ValueError, OSError) as exc:  # FaultPlanError is a ValueError
+        raise GRPOJobError(f"fault plan {faults!r}: {exc}") from None
+    return Emulator(EmulatorConfig(daytona=EmulatedDaytona(throttlers=())), faults=plan)
 
 
 def run_grpo_job(options: GRPOJobOptions, progress: StepProgress | None = None) -> GRPOJobResult:
@@ -139,8 +179,12 @@ def run_grpo_job(options: GRPOJobOptions, progress: StepProgress | None = None) 
             raise GRPOJobError(str(exc)) from None
     if min(options.pool_size, settings.steps, settings.prompts_per_step) < 1 or settings.generations < 2:
         raise GRPOJobError("the pool size, steps and prompts per step must be at least 1, and generations at least 2")
-    if not options.timeout > 0:
-        raise GRPOJobError(f"the timeout must be a positive number of seconds, got {options.timeout}")
+    if not (math.isfinite(options.timeout) and 0 < options.timeout <= MAX_TIMEOUT_S):
+        raise GRPOJobError(
+            f"the timeout must be a positive number of seconds, at most {MAX_TIMEOUT_S:g}, got {options.timeout}"
+        )
+    if not 0 <= settings.seed <= MAX_SEED:
+        raise GRPOJobError(f"the seed must be between 0 and 2**32 - 1 ({MAX_SEED}), got {settings.seed}")
     from daytona import DaytonaConfig
 
     started = time.monotonic()
@@ -156,34 +200,37 @@ def run_grpo_job(options: GRPOJobOptions, progress: StepProgress | None = None) 
         if not api_key:
             raise GRPOJobError("--api-url needs an API key: pass --api-key or set DAYTONA_API_KEY")
         config = DaytonaConfig(api_url=options.api_url, api_key=api_key)
-        outcome, recorder, stats, train_s = _train(options, config, progress)
-        return GRPOJobResult(options, outcome, recorder, stats, time.monotonic() - started, train_s)
+        outcome, recorder, pool, train_s = _train(options, config, progress)
+        return GRPOJobResult(
+            options,
+            outcome,
+            recorder,
+            pool.stats,
+            time.monotonic() - started,
+            train_s,
+            create_error=pool.last_create_error,
+        )
 
-    from emulator.app import Emulator
     from emulator.daytona import interpreter_runs
-    from emulator.faults import load_plan
     from emulator.server import EmulatorServer, quiet_reset_log
 
-    try:
-        plan = load_plan(options.faults)
-    except (ValueError, OSError) as exc:  # FaultPlanError is a ValueError
-        raise GRPOJobError(f"fault plan {options.faults!r}: {exc}") from None
-    emulator = Emulator(faults=plan)
+    emulator = embedded_emulator(options.faults)
     server = EmulatorServer(emulator)  # (uvicorn sets its loggers' levels here, so quiet them after)
     with quiet_reset_log(), server:
         config = DaytonaConfig(api_url=server.url + "/api", api_key=emulator.config.daytona.api_key)
-        outcome, recorder, stats, train_s = _train(options, config, progress)
+        outcome, recorder, pool, train_s = _train(options, config, progress)
     entries = emulator.journal.entries()
     faults: Counter[str] = Counter(e.fault for e in entries if e.fault is not None)
     return GRPOJobResult(
         options,
         outcome,
         recorder,
-        stats,
+        pool.stats,
         time.monotonic() - started,
         train_s,
         sandboxes_left=[s.id for s in emulator.daytona_report().leaked],
         runs_per_program=interpreter_runs(entries),
         expected_runs=expected_runs(recorder),
         faults_injected=dict(faults),
+        create_error=pool.last_create_error,
     )

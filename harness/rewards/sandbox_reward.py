@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import signal
 import threading
@@ -120,6 +121,7 @@ class PoolStats:
 
     created: int = 0
     create_failures: int = 0
+    not_created: int = 0  # sandboxes of the up-front pool that every try failed to create: the pool fell short
     replaced: int = 0
     deleted: int = 0
     executions: int = 0
@@ -191,12 +193,18 @@ class DaytonaPool:
         for box in boxes:
             if box is not None:
                 self._free.put_nowait(box)
+        self.stats.not_created = sum(box is None for box in boxes)
         if self.stats.create_failures:
             await self._sweep()
         if not self._live:
             raise PoolExhaustedError(
                 f"none of the {self.size} sandboxes could be created (last error: {self._create_error})"
             )
+
+    @property
+    def last_create_error(self) -> str:
+        """Why the last sandbox creation that failed did ("" when none did)."""
+        return self._create_error
 
     async def _create(self) -> Any:
         """A new sandbox, trying ``create_attempts`` times; None when every try failed."""
@@ -406,6 +414,8 @@ class SandboxReward:
     """
 
     def __init__(self, backend: Backend, task: str | None = None, timeout: float = 1.0) -> None:
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf:
+            raise ValueError(f"timeout must be a finite, positive number of seconds, got {timeout!r}")
         self.backend = backend
         self.task = get_task(task) if task is not None else None
         self.timeout = timeout

@@ -6,9 +6,11 @@ import asyncio
 import csv
 import gc
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -251,6 +253,78 @@ def test_bench_daytona_runs_end_to_end_with_the_machine_speed(tmp_path: Path) ->
     assert figures["machine_python_loop_ns"] > 0 and figures["machine_fork_exit_ms"] > 0
     assert figures["child_processes"] >= 2  # each sandbox's interpreter, alive when counted
     assert "machine_fork_exit_ms" in done.stdout
+
+
+#: A fault plan that lets two sandboxes be created and refuses the rest (a Daytona-style 429), at once.
+TWO_CREATIONS = {
+    "limits": [
+        {
+            "name": "two-creations",
+            "route": "daytona.sandbox.create",
+            "rate": 0.001,
+            "burst": 2,
+            "headers_style": "daytona",
+        }
+    ]
+}
+
+
+def _tiny_creation_limit(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
+    """Make ``module``'s emulator process allow two sandbox creations (a limit that binds at once)."""
+    from harness.bench.emulator_process import EmulatorProcess
+
+    def limited(python_mode: str = "fast", fault_plan: object = None, **kwargs: Any) -> EmulatorProcess:
+        assert fault_plan is None  # no other plan to merge with
+        return EmulatorProcess(python_mode, TWO_CREATIONS, **kwargs)
+
+    monkeypatch.setattr(f"{module}.EmulatorProcess", limited)
+
+
+def test_bench_daytona_says_in_one_line_why_the_sdk_failed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("daytona", reason="the [daytona] extra is not installed")
+    _tiny_creation_limit(monkeypatch, "harness.bench.daytona")
+    assert cli_main(["bench-daytona", "--sandboxes", "3", "--rounds", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    last = err.splitlines()[-1]
+    assert last.startswith("sandbox-emulator bench-daytona: the Daytona SDK failed: DaytonaRateLimitError: ")
+    assert "Too Many Requests" in last
+
+
+def test_bench_reports_a_daytona_pool_it_could_not_create(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("daytona", reason="the [daytona] extra is not installed")
+    _tiny_creation_limit(monkeypatch, "harness.bench.emulator_process")  # open_backend imports it from there
+    argv = ["bench", "--backends", "emulator-daytona-fast", "--concurrency", "3", "--warmups", "0"]
+    argv += ["--iterations", "1", "--scenarios", "simple_stdout", "--no-plot", "--out", str(tmp_path)]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert re.search(
+        r"emulator-daytona-fast: could not create the sandbox pool: PoolCreationError: sandbox [0-2]: HTTP 429", err
+    ), err
+
+
+def test_a_daytona_slot_whose_creation_failed_raises(tmp_path: Path) -> None:
+    pytest.importorskip("daytona", reason="the [daytona] extra is not installed")
+    from harness.bench.drivers import DaytonaBackend, PoolCreationError
+    from harness.bench.emulator_process import DAYTONA_KEY, EmulatorProcess
+
+    async def create_three(url: str) -> list[BaseException | None]:
+        backend = DaytonaBackend("d", url + "/api", DAYTONA_KEY, 3)
+        try:
+            return await asyncio.gather(*(backend.create(i) for i in range(3)), return_exceptions=True)
+        finally:
+            await backend.aclose()
+
+    with EmulatorProcess(fault_plan=TWO_CREATIONS) as emulator:
+        outcomes = asyncio.run(create_three(emulator.base_url))
+    failed = [o for o in outcomes if o is not None]
+    assert len(failed) == 1 and isinstance(failed[0], PoolCreationError)
+    assert re.fullmatch(r"sandbox [0-2]: HTTP 429", str(failed[0]))
 
 
 def test_daytona_url_needs_a_key(

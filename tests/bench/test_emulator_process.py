@@ -11,6 +11,8 @@ import requests
 
 from harness.bench.emulator_process import DAYTONA_KEY, EmulatorProcess, EmulatorStartError
 
+AUTH = {"Authorization": f"Bearer {DAYTONA_KEY}"}
+
 
 def test_it_serves_both_services_and_stops_with_its_process_group() -> None:
     with EmulatorProcess() as emulator:
@@ -36,3 +38,13 @@ def test_bench_throughput_says_why_its_emulator_did_not_start() -> None:
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "fast: the emulator process exited with status 2 before serving" in result.stderr
+
+
+@pytest.mark.parametrize(("tier", "create_limit"), [("none", None), ("1", "300"), ("4", "600")])
+def test_its_daytona_has_the_rate_limits_of_the_tier_it_is_given(tier: str, create_limit: str | None) -> None:
+    """None by default (a pool above Tier 1's 300 creations a minute is created), or a tier's, with its headers."""
+    process = EmulatorProcess(daytona_tier=tier) if tier != "none" else EmulatorProcess()
+    with process as emulator:
+        answers = [requests.post(emulator.base_url + "/api/sandbox", json={}, headers=AUTH) for _ in range(3)]
+    assert [a.status_code for a in answers] == [200, 200, 200]
+    assert answers[0].headers.get("X-RateLimit-Limit-sandbox-create") == create_limit

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 import pytest
 import yaml
 
-from harness.cli import main
+from harness.cli import build_parser, main
+from harness.rewards.command import _options
+from harness.rewards.job import embedded_emulator, run_grpo_job
+
+
+def command_args(argv: list[str]) -> argparse.Namespace:
+    """The parsed ``grpo`` command line ``argv``."""
+    return build_parser("grpo").parse_args(["grpo", "--quiet", *argv])
+
 
 #: Creation 3 made its sandbox and lost the answer; runs 2 and 4 are refused before the program starts.
 PLAN = {
@@ -45,6 +54,11 @@ def test_grpo_command_trains_and_reports(tmp_path: Path, capsys: pytest.CaptureF
         (["--generations", "1"], "generations at least 2"),
         (["--prompts-per-step", "0"], "prompts per step must be at least 1"),
         (["--timeout", "0"], "timeout must be a positive number"),
+        (["--timeout", "inf"], "timeout must be a positive number of seconds, at most 600, got inf"),
+        (["--timeout", "nan"], "at most 600, got nan"),
+        (["--timeout", "1e12"], "at most 600, got 1000000000000.0"),
+        (["--seed", "-1"], "the seed must be between 0 and 2**32 - 1 (4294967295), got -1"),
+        (["--seed", "99999999999"], "the seed must be between 0 and 2**32 - 1 (4294967295), got 99999999999"),
         (["--tasks", ","], "no task given"),
         (["--json", "/no/such/dir/out.json"], "no such directory"),
         (["--api-url", "http://127.0.0.1:9/api"], "needs an API key"),
@@ -60,3 +74,56 @@ def test_grpo_command_bad_options_are_clear_errors(
     assert main(["grpo", *argv]) == 2
     captured = capsys.readouterr()
     assert message in captured.err and "Traceback" not in captured.err
+    assert captured.err.count("\n") == 1 and captured.out == ""  # one line, before any training
+
+
+class _Checked(Exception):
+    """Raised in place of the training: every check before it passed."""
+
+
+@pytest.mark.parametrize("argv", [["--timeout", "600"], ["--seed", str(2**32 - 1)]])
+def test_grpo_command_takes_the_largest_timeout_and_seed(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    def checked(*args: object) -> None:
+        raise _Checked
+
+    monkeypatch.setattr("harness.rewards.job._train", checked)
+    with pytest.raises(_Checked):
+        run_grpo_job(_options(command_args(argv)))
+
+
+def test_the_embedded_emulator_does_not_throttle_creations_unless_a_plan_says_so() -> None:
+    emulator = embedded_emulator()
+    assert emulator.config.daytona.throttlers == ()  # a pool of more than 300 is created (Tier 1 would refuse them)
+    limited = embedded_emulator("daytona-tier1").engine.plan.limits
+    assert any(limit.name == "sandbox-create" and limit.max_requests == 300 for limit in limited)
+
+
+#: At most two sandbox creations a minute: a pool of 3 falls short by one, whatever the tries.
+SHORT = {
+    "limits": [
+        {
+            "name": "sandbox-create",
+            "route": "daytona.sandbox.create",
+            "max_requests": 2,
+            "per": 60,
+            "headers_style": "daytona",
+        }
+    ]
+}
+
+
+def test_a_pool_that_falls_short_is_not_a_clean_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump(SHORT))
+    out = tmp_path / "grpo.json"
+    argv = ["grpo", "--steps", "1", "--prompts-per-step", "1", "--generations", "2", "--pool", "3"]
+    argv += ["--tasks", "max_subarray_sum", "--faults", str(plan), "--json", str(out), "--quiet"]
+    rc = main(argv)
+    captured = capsys.readouterr()
+    assert rc == 1, captured.out + captured.err
+    short = "only 2 of the pool's 3 sandboxes could be created (last error: DaytonaRateLimitError"
+    assert f"pool short     {short}" in captured.out
+    assert captured.err.startswith(f"error: {short}") and captured.err.count("\n") == 1
+    figures = json.loads(out.read_text())
+    assert figures["ok"] is False and figures["pool"]["not_created"] == 1
+    assert figures["pool_problem"].startswith(short) and figures["sandboxes_left"] == []

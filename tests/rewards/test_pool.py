@@ -135,6 +135,28 @@ def test_a_pool_that_cannot_be_created_is_a_clear_error(daytona_config: Any, san
     assert "(last error: Daytona" in str(raised.value)  # the SDK's error for the 503, said with it
 
 
+#: At most two creations a minute, as a throttler would allow: the third sandbox of the pool is refused every try.
+@pytest.mark.faults(
+    {"limits": [{"name": "sandbox-create", "route": CREATE, "max_requests": 2, "per": 60, "headers_style": "daytona"}]}
+)
+def test_a_pool_that_falls_short_counts_the_sandboxes_it_could_not_create(
+    daytona_config: Any, sandbox_emulator: EmulatorServer
+) -> None:
+    with _pool_reward(daytona_config, size=3) as reward:
+        pool = reward.backend
+        assert isinstance(pool, DaytonaPool)
+        assert (pool.stats.created, pool.stats.not_created, pool.stats.create_failures) == (2, 1, 3)
+        assert "Too Many Requests" in pool.last_create_error
+        assert reward(["p"] * 2, [GOOD] * 2) == [1.0] * 2  # it runs with the two it has
+    assert sandbox_emulator.emulator.daytona_report().leaked == []
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("inf"), float("nan"), True, "1"])
+def test_a_timeout_that_is_not_a_finite_positive_number_is_refused(timeout: Any) -> None:
+    with pytest.raises(ValueError, match="timeout must be a finite, positive number of seconds"):
+        SandboxReward(DaytonaPool(1), "sort_numbers", timeout=timeout)
+
+
 #: Creations 2 and 3 make their sandbox, then the answer is cut short: the SDK sees an error, the sandbox exists.
 @pytest.mark.faults({"rules": [{"route": CREATE, "requests": "2-3", "fault": "truncate"}]})
 def test_sandboxes_made_by_creations_whose_answer_was_lost_are_deleted(
