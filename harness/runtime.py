@@ -8,6 +8,7 @@ start and then fail every program with a server error; probed first, it is one l
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -29,8 +30,9 @@ def runtime_python(explicit: str | None = None) -> tuple[str, str]:
 def python_problem(explicit: str | None = None) -> str | None:
     """Why the runtime interpreter cannot run submitted programs, or None: it must be a working Python 3.8+."""
     python, named = runtime_python(explicit)
-    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
-        return f"{named} is not an executable file"
+    found = shutil.which(python) if os.sep not in python else python  # a bare name is looked up on $PATH
+    if found is None or not (os.path.isfile(found) and os.access(found, os.X_OK)):
+        return f"{named} is not an executable file" if os.sep in python else f"{named} is not found on $PATH"
     if python == sys.executable:
         return None  # it is running this very check
     probe = "import sys; print('%d %d' % sys.version_info[:2])"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,13 @@ PythonMode = Literal["fast", "faithful"]
 def default_python() -> str:
     """Runtime interpreter: $SANDBOX_EMULATOR_PYTHON, else the interpreter running us."""
     return os.environ.get("SANDBOX_EMULATOR_PYTHON") or sys.executable
+
+
+def _executable(program: str) -> bool:
+    """Whether ``program`` can be started: an executable file, or a bare name found on ``$PATH`` (as ``exec`` does)."""
+    if os.sep not in program:
+        return shutil.which(program) is not None
+    return os.path.isfile(program) and os.access(program, os.X_OK)
 
 
 @dataclass(frozen=True)
@@ -60,10 +68,11 @@ class ExecutorConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer of at least 1, got {value!r}")
-        if not (isinstance(self.python, str) and os.path.isfile(self.python) and os.access(self.python, os.X_OK)):
+        if not (isinstance(self.python, str) and _executable(self.python)):
             from_env = self.python == os.environ.get("SANDBOX_EMULATOR_PYTHON")
             source = " (from $SANDBOX_EMULATOR_PYTHON)" if from_env else ""
-            raise ValueError(f"python {self.python!r}{source} is not an executable file")
+            what = "an executable file" if os.sep in str(self.python) else "found on $PATH"
+            raise ValueError(f"python {self.python!r}{source} is not {what}")
         if self.temp_root is not None and not (isinstance(self.temp_root, str) and os.path.isdir(self.temp_root)):
             raise ValueError(f"temp_root {self.temp_root!r} is not a directory")
 

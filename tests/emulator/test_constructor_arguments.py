@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -54,3 +56,11 @@ def test_a_plain_file_is_neither_a_python_nor_a_temp_root(tmp_path: Path) -> Non
         ExecutorConfig(python=str(plain))
     with pytest.raises(ValueError, match="is not a directory"):
         ExecutorConfig(temp_root=str(plain))
+
+
+def test_a_bare_python_name_is_looked_up_on_the_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable))
+    name = os.path.basename(sys.executable)
+    assert ExecutorConfig(python=name).python == name  # started as exec would: found on $PATH
+    with pytest.raises(ValueError, match="python 'no-such-python3' is not found on \\$PATH"):
+        ExecutorConfig(python="no-such-python3")

@@ -78,6 +78,8 @@ def test_bad_plan_file_names_the_bad_key(tmp_path: object) -> None:
 def test_bad_python_port_and_temp_root() -> None:
     result = _run("serve", "--python", "/no/such/python")
     assert result.returncode == 2 and "not an executable" in result.stderr
+    result = _run("serve", "--python", "no-such-python3")  # a bare name is looked up on $PATH
+    assert result.returncode == 2 and "--python 'no-such-python3' is not found on $PATH" in result.stderr
     result = _run("serve", "--python", "/bin/true")  # executable, but no Python: every request would fail
     assert result.returncode == 2 and "'/bin/true' is not a working Python interpreter" in result.stderr
     result = _run("serve", "--temp-root", "/no/such/dir")
