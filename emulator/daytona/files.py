@@ -36,14 +36,26 @@ def resolve(sandbox: Sandbox, path: str) -> str:
         target = os.path.join(home, path[2:]) if path.startswith("~/") else home
     else:
         target = sandbox.fs_root + os.path.normpath(path)
-    real = os.path.realpath(target)
-    for base in (sandbox.home, sandbox.root):
-        real_base = os.path.realpath(base)
-        if real == real_base or real.startswith(real_base + os.sep):
-            break
+    # Resolved as the kernel would: each symbolic link followed where it stands, and a ".." after it taken from where
+    # the link led (a lexical normpath would drop "link/.." before following the link, and so act on a path other than
+    # the one checked). The last component is kept as a name (deleting a link removes the link), but where it leads
+    # must be inside the sandbox too, since reads and writes follow it.
+    bases = [os.path.realpath(base) for base in (sandbox.home, sandbox.root)]
+
+    def inside(real: str) -> bool:
+        return any(real == base or real.startswith(base + os.sep) for base in bases)
+
+    raw = target.rstrip("/") or "/"
+    parent, name = os.path.split(raw)
+    if name in (".", ".."):
+        result = os.path.realpath(raw)
     else:
+        result = os.path.join(os.path.realpath(parent), name)
+        if not inside(os.path.dirname(result)) and result not in bases:
+            raise ApiError(400, f"path escapes the sandbox: {path}")
+    if not inside(os.path.realpath(result)):
         raise ApiError(400, f"path escapes the sandbox: {path}")
-    return os.path.normpath(target)
+    return result
 
 
 def parse_multipart(body: bytes, content_type: str | None) -> list[tuple[dict[str, str], bytes]]:

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from emulator.executor.workdir import chown_tree
 from emulator.faults.bodies import now_iso
 
 _DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "interp_driver.py")
@@ -154,12 +155,7 @@ def _kill_uid(uid: int) -> None:
 
 
 def _hand_over(root: str, uid: int) -> None:
-    with contextlib.suppress(OSError):
-        os.chown(root, uid, _NOGROUP)
-    for parent, dirs, files in os.walk(root):
-        for name in dirs + files:
-            with contextlib.suppress(OSError):
-                os.chown(os.path.join(parent, name), uid, _NOGROUP, follow_symlinks=False)
+    chown_tree(root, uid, _NOGROUP)
 
 
 class Interpreters:

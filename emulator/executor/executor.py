@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import dataclasses
 import fcntl
 import logging
@@ -18,7 +17,7 @@ from typing import Any
 from . import start_gate
 from .capture import decode_output
 from .model import ExecutionRequest, ExecutionResult, ExecutorConfig
-from .workdir import DeferredWorkdir, Workdir
+from .workdir import DeferredWorkdir, Workdir, chown_tree
 from .zygote import Pending, Zygote, ZygoteLost
 
 _log = logging.getLogger(__name__)
@@ -192,11 +191,7 @@ class Executor:
         root = os.path.realpath(cwd)
         if root not in self._workdirs:
             return  # never chown a directory we did not create
-        os.chown(root, uid, gid)
-        for parent, dirs, files in os.walk(root):
-            for name in dirs + files:
-                with contextlib.suppress(OSError):
-                    os.chown(os.path.join(parent, name), uid, gid, follow_symlinks=False)
+        chown_tree(root, uid, gid)
 
     async def _acquire_uid(self) -> int | None:
         if self._uid_base is None:

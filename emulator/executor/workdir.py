@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -322,3 +323,19 @@ class DeferredWorkdir:
         tb: TracebackType | None,
     ) -> None:
         self.cleanup()
+
+
+def chown_tree(root: str, uid: int, gid: int) -> None:
+    """Give ``root`` and everything below it to ``uid:gid``, never following a symbolic link anywhere.
+
+    The tree belongs to a sandbox whose programs may still be running and can swap a directory for a link to any
+    host path between a listing and a chown. A walk by path (``os.walk`` and ``os.chown(join(...))``) resolves every
+    middle component again and would chown the host's files; ``os.fwalk`` holds each directory open and changes its
+    entries through that descriptor, so a swapped name is at worst a link, which is not followed.
+    """
+    with contextlib.suppress(OSError):
+        os.chown(root, uid, gid, follow_symlinks=False)
+    for _, dirs, files, dir_fd in os.fwalk(root, follow_symlinks=False):
+        for name in dirs + files:
+            with contextlib.suppress(OSError):
+                os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
