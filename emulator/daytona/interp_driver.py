@@ -116,8 +116,8 @@ def main() -> None:
             continue
         if code is not None:
             saved = dict(os.environ)
-            os.environ.update(request.get("envs") or {})
-            try:
+            try:  # a name the environment cannot hold (a NUL, an '=') is the run's error, as the real worker says it
+                os.environ.update(request.get("envs") or {})
                 exec(code, namespace)
             except BaseException as exc:  # SystemExit and KeyboardInterrupt are reported too
                 error = _error_of(exc)

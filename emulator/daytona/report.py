@@ -107,7 +107,7 @@ def sandbox_report(entries: Iterable[JournalEntry | Mapping[str, Any]]) -> Sandb
 
 def code_digest(code: str) -> str:
     """Short fingerprint of a program, as interpreter entries record it in ``detail["code_digest"]``."""
-    return hashlib.blake2b(code.encode(), digest_size=8).hexdigest()
+    return hashlib.blake2b(code.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()  # a lone surrogate too
 
 
 def interpreter_runs(entries: Iterable[JournalEntry | Mapping[str, Any]]) -> Counter[str]:

@@ -125,13 +125,34 @@ def _str_dict(value: Any, field_name: str) -> dict[str, str]:
     return dict(value)
 
 
+#: The least value each numeric field of a creation takes (-1 for autoDeleteInterval: never).
+_LEAST = {"cpu": 1, "memory": 1, "disk": 1, "gpu": 0, "autoStopInterval": 0, "autoArchiveInterval": 0}
+_LEAST["autoDeleteInterval"] = -1
+#: Larger than any resource or interval the API accepts, and than a JSON number the SDK's models would carry.
+_MOST = 2**31 - 1
+
+
 def _opt_int(body: dict[str, Any], key: str, default: int) -> int:
     value = body.get(key)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ApiError(400, f"{key} must be a number")
+    if isinstance(value, float) and not value.is_integer():  # NaN, infinity, 1.5
+        raise ApiError(400, f"{key} must be an integer")
+    least = _LEAST.get(key, 0)
+    if not least <= value <= _MOST:
+        raise ApiError(400, f"{key} must be an integer from {least} to {_MOST}")
     return int(value)
+
+
+def interval_minutes(raw: str, which: str) -> int:
+    """A lifecycle interval from a URL path segment (ASCII digits, -1 for autodelete's 'never'), or 400."""
+    least = -1 if which == "autodelete" else 0
+    digits = raw[1:] if raw.startswith("-") else raw
+    if not (digits.isascii() and digits.isdigit()) or not least <= int(raw) <= _MOST:
+        raise ApiError(400, f"interval must be an integer from {least} to {_MOST}")
+    return int(raw)
 
 
 class SandboxStore:
@@ -222,8 +243,6 @@ class SandboxStore:
             auto_stop = _opt_int(body, "autoStopInterval", 15)
             auto_archive = _opt_int(body, "autoArchiveInterval", 10080)
             auto_delete = _opt_int(body, "autoDeleteInterval", -1)
-            if auto_stop < 0:
-                raise ApiError(400, "autoStopInterval must be a non-negative integer")
             if name:
                 for other in self._sandboxes.values():
                     if other.name == name:

@@ -31,7 +31,7 @@ from .errors import ApiError, api_error, daemon_error, json_response
 from .files import file_info, multipart_body, parse_multipart, read_file, resolve, write_file
 from .interpreter import Context, Interpreters, InterpreterSettings, InterpreterTimeout
 from .report import code_digest
-from .sandboxes import Sandbox, SandboxStore
+from .sandboxes import Sandbox, SandboxStore, interval_minutes
 from .throttle import Throttlers, Verdict
 from .toolbox import CommandTimeout, Toolbox, delete_path
 
@@ -350,10 +350,7 @@ class DaytonaService:
         return {"labels": dict(sandbox.labels)}
 
     async def _interval(self, request: Request, which: str) -> dict[str, Any]:
-        try:
-            minutes = int(request.path_params["interval"])
-        except ValueError:
-            raise ApiError(400, "interval must be an integer") from None
+        minutes = interval_minutes(request.path_params["interval"], which)
         sandbox = self.store.set_interval(request.path_params["sid"], which, minutes)
         _note(sandbox)
         return self._sandbox_json(sandbox, request)
@@ -520,11 +517,14 @@ class DaytonaService:
             self.store.mark_activity(sandbox)
             await self._ensure_home(sandbox)
             await websocket.accept()
-            try:
-                request = json.loads(await websocket.receive_text())
-            except WebSocketDisconnect:
+            frame = await websocket.receive()
+            if frame["type"] == "websocket.disconnect":
                 return "cancelled"
-            except json.JSONDecodeError:
+            try:  # the daemon reads any frame and unmarshals it: a binary one holding JSON runs too
+                text = frame.get("text")
+                raw: str | bytes = text if isinstance(text, str) else frame.get("bytes") or b""
+                request = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError):
                 await start_gate.wait_out()
                 await websocket.close(1003, "invalid request")
                 return "invalid"
@@ -535,7 +535,7 @@ class DaytonaService:
         await self.gate.handle_ws(ROUTE_INTERPRETER, websocket, serve, ready_in_latency=True)
 
     async def _interpret(self, websocket: WebSocket, sandbox: Sandbox, request: dict[str, Any]) -> str:
-        code = request.get("code")
+        code = _as_go_decodes(request.get("code"))
         if not isinstance(code, str):
             await start_gate.wait_out()
             await websocket.close(1003, "code is required")
@@ -670,3 +670,14 @@ def _folder_mode(raw: str | None) -> int:
     if not raw.isascii() or not raw.isdigit() or "8" in raw or "9" in raw or int(raw, 8) >= 1 << 32:
         raise ApiError(400, "invalid mode format")
     return int(raw, 8)
+
+
+def _as_go_decodes(value: Any) -> Any:
+    """A JSON string as the daemon's Go decoder reads it: a lone surrogate escape (``"\\ud800"``) becomes U+FFFD."""
+    if not isinstance(value, str):
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= char <= "\udfff" else char for char in value)
+    return value

@@ -75,9 +75,14 @@ class Toolbox:
                     command.task.cancel()
 
     def _timeout(self, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        """The request's ``timeout`` (the daemon's ``*int64``: seconds, absent or 0 for its default); a value JSON's
+        integers cannot hold (a string, a fraction, NaN, 1e308) fails the body's unmarshalling there: 400."""
+        if value is None:
             return self._default_timeout
-        return float(value)
+        integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        if isinstance(value, bool) or not integral or not -(2**63) <= value < 2**63:
+            raise ApiError(400, f"invalid request body: timeout must be an integer number of seconds, got {value!r}")
+        return self._default_timeout if value <= 0 else float(value)
 
     @staticmethod
     def _envs(sandbox: Sandbox, value: Any) -> dict[str, str]:

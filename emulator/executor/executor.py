@@ -25,6 +25,9 @@ _log = logging.getLogger(__name__)
 _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _DEFAULT_UID_BASE = 200000
 _DEFAULT_GID = 65534
+#: A timeout beyond this (an infinite one included) is this: longer than any run, and a number every timer and
+#: rlimit can hold. The real server's ``asyncio.wait_for`` lets such a program run to its end.
+_LONGEST_TIMEOUT_S = 10_000_000.0
 # How long we wait for the zygote to confirm a kill before answering anyway.
 _KILL_GRACE = 5.0
 # Below this memory limit a fresh interpreter behaves differently from a forked warm one
@@ -335,8 +338,10 @@ class Executor:
         With ``request.setup`` a failure to create the work dir or its files raises
         :class:`WorkdirError` (as the server-side :class:`Workdir` calls would have).
         """
-        if request.timeout <= 0:
-            # The real server's wait_for(timeout=0) gives up at once.
+        if request.timeout > _LONGEST_TIMEOUT_S:  # infinity included: the program runs to its end, as with wait_for
+            request = dataclasses.replace(request, timeout=_LONGEST_TIMEOUT_S)
+        if not request.timeout > 0:  # NaN too
+            # The real server's wait_for(timeout=0) (or NaN) gives up at once.
             t0 = time.monotonic()
             await asyncio.sleep(0)
             return ExecutionResult("TimeLimitExceeded", time.monotonic() - t0, None, "", "")

@@ -73,3 +73,14 @@ def test_generated_jupyter_cells_get_a_valid_answer(sandbox_emulator: EmulatorSe
 def test_server_still_serves_after_fuzzing(sandbox_emulator: EmulatorServer) -> None:
     answer = requests.post(sandbox_emulator.run_code_url, json={"code": "print('alive')", "language": "python"})
     assert answer.json()["run_result"]["stdout"] == "alive\n"
+
+
+def test_an_infinite_run_timeout_lets_the_program_end(sandbox_emulator: EmulatorServer) -> None:
+    """The real server's ``asyncio.wait_for(timeout=inf)`` (or 1e308) waits for the program; NaN gives up at once."""
+    for token in (b"Infinity", b"1e308"):
+        body = b'{"code": "print(1)", "language": "python", "run_timeout": ' + token + b"}"
+        answer = requests.post(sandbox_emulator.run_code_url, data=body, timeout=30).json()
+        assert (answer["status"], answer["run_result"]["stdout"]) == ("Success", "1\n"), answer
+    body = b'{"code": "print(1)", "language": "python", "run_timeout": NaN}'
+    answer = requests.post(sandbox_emulator.run_code_url, data=body, timeout=30).json()
+    assert answer["run_result"]["status"] == "TimeLimitExceeded", answer

@@ -1,0 +1,97 @@
+"""Inputs a client can send that the emulator once answered with a crash, a dropped connection or a 500: each gets
+the answer the real service gives (or a 400 where its body would not unmarshal)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+import httpx
+import pytest
+
+from emulator.server import EmulatorServer
+
+
+@pytest.fixture
+def client(server: EmulatorServer, api_key: str) -> httpx.Client:
+    return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
+
+
+def _sandbox(client: httpx.Client) -> str:
+    created = client.post("/api/sandbox", json={})
+    assert created.status_code == 200, created.text
+    return str(created.json()["id"])
+
+
+async def _frames(server: EmulatorServer, api_key: str, sid: str, request: Any, binary: bool = False) -> list[Any]:
+    """Every frame of one interpreter run, then the close code."""
+    url = server.url.replace("http", "ws", 1) + f"/toolbox/{sid}/process/interpreter/execute"
+    headers = {"Authorization": f"Bearer {api_key}"}
+    async with aiohttp.ClientSession() as session, session.ws_connect(url, headers=headers) as ws:
+        payload = json.dumps(request)
+        await (ws.send_bytes(payload.encode()) if binary else ws.send_str(payload))
+        frames: list[Any] = [json.loads(m.data) async for m in ws if m.type == aiohttp.WSMsgType.TEXT]
+        frames.append(ws.close_code)
+    return frames
+
+
+def test_an_env_name_the_environment_cannot_hold_is_the_runs_error(
+    client: httpx.Client, server: EmulatorServer, api_key: str
+) -> None:
+    sid = _sandbox(client)
+
+    async def scenario() -> list[list[Any]]:
+        return [
+            await _frames(server, api_key, sid, {"code": "x = 41"}),
+            await _frames(server, api_key, sid, {"code": "print(0)", "envs": {"BAD\u0000": "1"}}),
+            await _frames(server, api_key, sid, {"code": "print(x + 1)"}),
+        ]
+
+    _, bad, after = asyncio.run(scenario())
+    errors = [f for f in bad if isinstance(f, dict) and f.get("type") == "error"]
+    assert [e["name"] for e in errors] == ["ValueError"] and bad[-1] == 1000
+    assert "interp_driver" not in json.dumps(bad)  # the emulator's own code is not shown
+    assert {"type": "stdout", "text": "42\n"} in after  # the context and its variables survived
+
+
+def test_a_binary_frame_and_a_lone_surrogate_run(client: httpx.Client, server: EmulatorServer, api_key: str) -> None:
+    sid = _sandbox(client)
+    binary = asyncio.run(_frames(server, api_key, sid, {"code": "print(2)"}, binary=True))
+    assert {"type": "stdout", "text": "2\n"} in binary and binary[-1] == 1000
+    # Go's decoder reads a lone surrogate escape as U+FFFD
+    surrogate = asyncio.run(_frames(server, api_key, sid, {"code": "s = '\ud800'\nprint(hex(ord(s)))"}))
+    assert {"type": "stdout", "text": "0xfffd\n"} in surrogate and surrogate[-1] == 1000
+
+
+@pytest.mark.parametrize("timeout", ["NaN", "Infinity", "1e308", "1.5", '"10"', "true"])
+def test_a_toolbox_timeout_that_is_no_integer_is_a_400(client: httpx.Client, timeout: str) -> None:
+    sid = _sandbox(client)
+    body = '{"command": "echo hi", "timeout": %s}' % timeout  # noqa: UP031 (raw JSON tokens, NaN included)
+    answer = client.post(f"/toolbox/{sid}/process/execute", content=body, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["code"] == "BAD_REQUEST" and "timeout" in answer.json()["message"]
+    fine = client.post(f"/toolbox/{sid}/process/execute", json={"command": "echo hi", "timeout": 5})
+    assert fine.status_code == 200 and fine.json()["result"] == "hi\n"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("cpu", "NaN"), ("memory", "Infinity"), ("disk", "1.5"), ("cpu", "-5"), ("gpu", "-1"), ("cpu", "1e308")],
+)
+def test_a_resource_that_is_no_sensible_integer_is_a_400(client: httpx.Client, field: str, value: str) -> None:
+    body = '{"%s": %s}' % (field, value)  # noqa: UP031
+    answer = client.post("/api/sandbox", content=body, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 400, answer.text
+    assert field in answer.json()["message"]
+
+
+@pytest.mark.parametrize(("which", "raw", "status"), [("autostop", "-1", 400), ("autostop", "\u0663", 400)])
+def test_an_interval_in_the_path_is_checked_as_at_creation(
+    client: httpx.Client, which: str, raw: str, status: int
+) -> None:
+    sid = _sandbox(client)
+    assert client.post(f"/api/sandbox/{sid}/{which}/{raw}").status_code == status
+    assert client.post(f"/api/sandbox/{sid}/autodelete/-1").status_code == 200  # never: a value autodelete takes
+    assert client.post(f"/api/sandbox/{sid}/autostop/0").status_code == 200
