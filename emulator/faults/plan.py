@@ -623,6 +623,8 @@ def _parse_fault(value: object, path: str) -> FaultSpec:
             return FaultSpec("status", status=_status(value, path))
         if value in ("reset", "truncate", "malformed", "sandbox_error", "null_stdout"):
             return FaultSpec(cast(FaultKind, value))
+        if value == "status":
+            raise FaultPlanError(path, "a 'status' fault needs its code: write e.g. 503 or {status: 503}")
         hint = difflib.get_close_matches(value, FAULT_KINDS, n=1)
         did = f" (did you mean {hint[0]!r}?)" if hint else ""
         raise FaultPlanError(path, f"unknown fault kind {value!r}{did}; expected one of {', '.join(FAULT_KINDS)}")

@@ -241,3 +241,8 @@ def test_a_directory_is_not_taken_for_a_profile_name(tmp_path: Path) -> None:
         load_plan(str(tmp_path / "missing"))
     with pytest.raises(FaultPlanError, match="unknown fault profile 'missing'"):
         load_plan("missing")
+
+
+def test_a_bare_status_fault_asks_for_its_code() -> None:
+    with pytest.raises(FaultPlanError, match=r"a 'status' fault needs its code: write e\.g\. 503"):
+        FaultPlan.from_dict({"rules": [{"fault": "status"}]})
