@@ -43,12 +43,15 @@ class AdaptiveConfig:
     def __post_init__(self) -> None:
         if not _posint(self.min_limit) or not _posint(self.increase_step):
             raise LimiterConfigError("adaptive min_limit and increase_step must be positive integers")
-        if not (0.0 < float(self.decrease_factor) < 1.0):
-            raise LimiterConfigError(f"adaptive decrease_factor must be in (0, 1), got {self.decrease_factor!r}")
+        # Numbers, not strings or bools: "0.5" would pass a float() check here and crash on the first 429.
+        if not (_number(self.decrease_factor) and 0.0 < self.decrease_factor < 1.0):
+            raise LimiterConfigError(
+                f"adaptive decrease_factor must be a number in (0, 1), got {self.decrease_factor!r}"
+            )
         if self.increase_every is not None and not _posint(self.increase_every):
             raise LimiterConfigError("adaptive increase_every must be a positive integer or null")
-        if not (float(self.cooldown_s) >= 0.0):
-            raise LimiterConfigError("adaptive cooldown_s must be >= 0")
+        if not (_number(self.cooldown_s) and math.isfinite(self.cooldown_s) and self.cooldown_s >= 0.0):
+            raise LimiterConfigError(f"adaptive cooldown_s must be a finite number >= 0, got {self.cooldown_s!r}")
 
 
 @dataclass(frozen=True)
@@ -68,14 +71,12 @@ class LimiterConfig:
         if not _posint(self.limit):
             raise LimiterConfigError(f"limit must be a positive integer, got {self.limit!r}")
         if self.rate_per_second is not None and not (
-            isinstance(self.rate_per_second, (int, float))
-            and math.isfinite(self.rate_per_second)
-            and self.rate_per_second > 0
+            _number(self.rate_per_second) and math.isfinite(self.rate_per_second) and self.rate_per_second > 0
         ):
             raise LimiterConfigError(f"rate_per_second must be a positive number or null, got {self.rate_per_second!r}")
         if self.burst is not None and not _posint(self.burst):
             raise LimiterConfigError(f"burst must be a positive integer or null, got {self.burst!r}")
-        if not (isinstance(self.lease_s, (int, float)) and math.isfinite(self.lease_s) and self.lease_s > 0):
+        if not (_number(self.lease_s) and math.isfinite(self.lease_s) and self.lease_s > 0):
             raise LimiterConfigError(f"lease_s must be a positive number, got {self.lease_s!r}")
         if self.adaptive is not None and self.adaptive.min_limit > self.limit:
             raise LimiterConfigError("adaptive min_limit is above limit")
@@ -219,6 +220,10 @@ class AsyncLimiter(abc.ABC):
 
 def _posint(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 class RemoteLimiter(AsyncLimiter):

@@ -32,12 +32,48 @@ from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from harness.ratelimit import AsyncLimiter, Outcome
+from harness.tools.config import (
+    VERL_KEYS,
+    check_keys,
+    flag,
+    int_at_least,
+    model_timeout,
+    positive_int,
+    timeout_seconds,
+)
 from harness.tools.observations import INFRA_FAULT_OBSERVATION
 from harness.tools.retry import RetryPolicy, retry_after_seconds
 from harness.tools.sandbox_fusion import DEFAULT_SCHEMA, limiter_settings, open_tool_limiter
 
 #: What the model sees when its program ran past the timeout (the interpreter context is then reset).
 TIMEOUT_OBSERVATION = "Execution timed out after {timeout:g} seconds."
+
+#: The keys a :class:`DaytonaTool` config may have (any other is a typo, refused with a suggestion). ``num_workers``
+#: is accepted, unused, so one config can serve both tools.
+CONFIG_KEYS = VERL_KEYS | {
+    "api_key",
+    "jwt_token",
+    "api_url",
+    "target",
+    "organization_id",
+    "rate_limit",
+    "enable_global_rate_limit",
+    "rate_limiter",
+    "num_workers",
+    "create_timeout",
+    "default_timeout",
+    "delete_timeout",
+    "auto_stop_interval",
+    "auto_delete_interval",
+    "name_prefix",
+    "language",
+    "snapshot",
+    "labels",
+    "env_vars",
+    "sandbox_scope",
+    "normalize_code",
+    "retry",
+}
 
 _CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
 
@@ -76,6 +112,7 @@ class DaytonaTool(BaseTool):
     def __init__(self, config: dict[str, Any], tool_schema: OpenAIFunctionToolSchema | None = None) -> None:
         schema = tool_schema or OpenAIFunctionToolSchema.model_validate(DEFAULT_SCHEMA)
         super().__init__(config, schema)
+        check_keys(config, CONFIG_KEYS, "the DaytonaTool config")
         self.api_key = config.get("api_key") or os.environ.get("DAYTONA_API_KEY")
         self.jwt_token = config.get("jwt_token") or os.environ.get("DAYTONA_JWT_TOKEN")
         if not self.api_key and not self.jwt_token:
@@ -83,16 +120,20 @@ class DaytonaTool(BaseTool):
         self.api_url = config.get("api_url") or os.environ.get("DAYTONA_API_URL")
         self.target = config.get("target")
         self.organization_id = config.get("organization_id")
-        self.rate_limit = _positive_int(config, "rate_limit", 32)
-        self.enable_global_rate_limit = bool(config.get("enable_global_rate_limit", True))
+        self.rate_limit = positive_int(config, "rate_limit", 32)
+        if "num_workers" in config:  # accepted (configs shared with the Sandbox Fusion tool) but not used
+            positive_int(config, "num_workers", 1)
+        self.enable_global_rate_limit = flag(config, "enable_global_rate_limit", True)
         self.limiter_backend, self.limiter_config, self.limiter_options = limiter_settings(
             config, self.rate_limit, default_prefix="daytona"
         )
-        self.create_timeout = float(config.get("create_timeout", 60))
-        self.default_timeout = float(config.get("default_timeout", 30))
-        self.delete_timeout = float(config.get("delete_timeout", 60))
-        self.auto_stop_interval = int(config.get("auto_stop_interval", 15))
-        self.auto_delete_interval = int(config.get("auto_delete_interval", 30))
+        self.create_timeout = timeout_seconds(config, "create_timeout", 60)
+        self.default_timeout = timeout_seconds(config, "default_timeout", 30)
+        self.delete_timeout = timeout_seconds(config, "delete_timeout", 60)
+        # Minutes. auto_stop 0: never stopped for idleness; auto_delete 0: deleted as soon as it stops. Daytona's -1
+        # ("never delete") is refused: auto-delete is the last backstop against leaked sandboxes.
+        self.auto_stop_interval = int_at_least(config, "auto_stop_interval", 15, 0)
+        self.auto_delete_interval = int_at_least(config, "auto_delete_interval", 30, 0)
         self.name_prefix = str(config.get("name_prefix", "verl-daytona"))
         self.language = str(config.get("language", "python"))
         if self.language != "python":
@@ -105,7 +146,7 @@ class DaytonaTool(BaseTool):
         self.scope = str(config.get("sandbox_scope", "call"))
         if self.scope not in ("call", "trajectory"):
             raise ValueError(f"sandbox_scope must be 'call' or 'trajectory', got {self.scope!r}")
-        self.normalize = bool(config.get("normalize_code", False))
+        self.normalize = flag(config, "normalize_code", False)
         self.retry = RetryPolicy.from_config(config)
         self._rng = random.Random()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -334,10 +375,9 @@ class DaytonaTool(BaseTool):
         code = code if isinstance(code, str) else str(code)
         if self.normalize:
             code = normalize_code(code)
-        try:
-            timeout = float(parameters.get("timeout", self.default_timeout))
-        except (TypeError, ValueError):
-            timeout = self.default_timeout
+        # Not a finite positive number ("inf", "nan", -5, "soon"): the default, never an exception out of execute.
+        timeout = model_timeout(parameters.get("timeout", self.default_timeout), self.default_timeout)
+        applied = max(1, round(timeout))  # the interpreter takes whole seconds
         envs = parameters.get("envs") if isinstance(parameters.get("envs"), dict) else None
         if self.scope == "trajectory":
             agent_data = kwargs.get("agent_data")
@@ -352,13 +392,13 @@ class DaytonaTool(BaseTool):
         attempts = [0]
         try:
             result = await self._with_retries(
-                lambda: sandbox.code_interpreter.run_code(code, timeout=max(1, round(timeout)), envs=envs),
+                lambda: sandbox.code_interpreter.run_code(code, timeout=applied, envs=envs),
                 attempts,
                 program=True,
             )
         except DaytonaTimeoutError:
             metrics.update(status="timeout", had_error=False, attempts=attempts[0])
-            return ToolResponse(text=TIMEOUT_OBSERVATION.format(timeout=timeout)), 0.0, metrics
+            return ToolResponse(text=TIMEOUT_OBSERVATION.format(timeout=applied)), 0.0, metrics
         except _Infra as exc:
             return _infra(exc.reason, attempts[0], sandbox.id)
         metrics["attempts"] = attempts[0]
@@ -400,10 +440,3 @@ class DaytonaTool(BaseTool):
 def _infra(reason: str, attempts: int, sandbox_id: str | None = None) -> tuple[ToolResponse, float, dict[str, Any]]:
     metrics = {"status": "infra_fault", "infra_fault": reason, "sandbox_id": sandbox_id, "attempts": attempts}
     return ToolResponse(text=INFRA_FAULT_OBSERVATION.format(reason=reason)), 0.0, metrics
-
-
-def _positive_int(config: dict[str, Any], key: str, default: int) -> int:
-    value = config.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"tool config {key!r} must be a positive integer, got {value!r}")
-    return value

@@ -14,8 +14,13 @@ from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from harness.tools.config import check_keys, finite_number
+
 #: HTTP statuses that mean "the service, not the program, failed": retried.
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+#: The largest ``retry.max_attempts`` accepted (a larger budget is a stall, not a retry policy).
+MAX_ATTEMPTS_LIMIT = 100
 
 
 @dataclass(frozen=True)
@@ -36,18 +41,24 @@ class RetryPolicy:
         if not isinstance(section, Mapping):
             raise ValueError(f"tool config 'retry' must be a mapping, got {type(section).__name__}")
         known = {"max_attempts", "base_delay", "max_delay", "max_retry_after", "retry_statuses"}
-        unknown = set(section) - known
-        if unknown:
-            raise ValueError(f"unknown key(s) in tool config 'retry': {sorted(unknown)}; known: {sorted(known)}")
-        kwargs: dict[str, Any] = {k: section[k] for k in known - {"retry_statuses"} if k in section}
+        check_keys(section, known, "tool config 'retry'")
+        kwargs: dict[str, Any] = {}
+        if "max_attempts" in section:
+            value = section["max_attempts"]
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS_LIMIT:
+                raise ValueError(f"retry.max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}, got {value!r}")
+            kwargs["max_attempts"] = value
+        for key in ("base_delay", "max_delay", "max_retry_after"):
+            if key in section:
+                kwargs[key] = finite_number(section, key, 0.0, positive=False, name=f"retry.{key}")
         if "retry_statuses" in section:
-            kwargs["retry_statuses"] = frozenset(int(s) for s in section["retry_statuses"])
-        policy = cls(**kwargs)
-        if policy.max_attempts < 1:
-            raise ValueError("retry.max_attempts must be at least 1")
-        if policy.base_delay < 0 or policy.max_delay < 0 or policy.max_retry_after < 0:
-            raise ValueError("retry delays must not be negative")
-        return policy
+            statuses = section["retry_statuses"]
+            if not isinstance(statuses, (list, tuple)) or not all(
+                isinstance(s, int) and not isinstance(s, bool) and 100 <= s <= 599 for s in statuses
+            ):
+                raise ValueError(f"retry.retry_statuses must be a list of HTTP statuses (100-599), got {statuses!r}")
+            kwargs["retry_statuses"] = frozenset(statuses)
+        return cls(**kwargs)
 
     def backoff(self, attempt: int, rng: random.Random) -> float:
         """Full-jitter delay before attempt ``attempt + 1`` (so retry waves never synchronise)."""

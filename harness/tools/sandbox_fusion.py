@@ -36,6 +36,7 @@ from verl.utils.reward_score.sandbox_fusion.utils import SUPPORTED_LANGUAGES
 
 from harness.ratelimit import AsyncLimiter, ConcurrencyLimiter, LimiterConfig, open_limiter, ray_ready
 from harness.ratelimit import Outcome as CallOutcome
+from harness.tools.config import VERL_KEYS, check_keys, flag, model_timeout, positive_int, timeout_seconds
 from harness.tools.observations import INFRA_FAULT_OBSERVATION, NO_STDOUT
 from harness.tools.retry import RetryPolicy, retry_after_seconds
 
@@ -43,6 +44,19 @@ log = logging.getLogger(__name__)
 
 #: The ``rate_limiter`` keys besides :class:`~harness.ratelimit.LimiterConfig`'s fields.
 LIMITER_KEYS = ("backend", "namespace", "redis_url")
+
+#: The keys a :class:`SandboxFusionTool` config may have (any other is a typo, refused with a suggestion).
+CONFIG_KEYS = VERL_KEYS | {
+    "sandbox_fusion_url",
+    "num_workers",
+    "rate_limit",
+    "enable_global_rate_limit",
+    "rate_limiter",
+    "default_timeout",
+    "default_language",
+    "memory_limit_mb",
+    "retry",
+}
 
 
 DEFAULT_SCHEMA = {
@@ -108,16 +122,17 @@ class SandboxFusionTool(BaseTool):
     def __init__(self, config: dict[str, Any], tool_schema: OpenAIFunctionToolSchema | None = None) -> None:
         schema = tool_schema or OpenAIFunctionToolSchema.model_validate(DEFAULT_SCHEMA)
         super().__init__(config, schema)
+        check_keys(config, CONFIG_KEYS, "the SandboxFusionTool config")
         self.url = str(config.get("sandbox_fusion_url") or "")
         if not self.url:
             raise ValueError("sandbox_fusion_url is not set (the full URL of /run_code)")
-        self.num_workers = _positive_int(config, "num_workers", 10)
-        self.rate_limit = _positive_int(config, "rate_limit", 10)
-        self.enable_global_rate_limit = bool(config.get("enable_global_rate_limit", True))
+        self.num_workers = positive_int(config, "num_workers", 10)
+        self.rate_limit = positive_int(config, "rate_limit", 10)
+        self.enable_global_rate_limit = flag(config, "enable_global_rate_limit", True)
         self.limiter_backend, self.limiter_config, self.limiter_options = limiter_settings(config, self.rate_limit)
-        self.default_timeout = float(config.get("default_timeout", 30))
+        self.default_timeout = timeout_seconds(config, "default_timeout", 30)
         self.default_language = str(config.get("default_language", "python"))
-        self.memory_limit_mb = int(config.get("memory_limit_mb", 1024))
+        self.memory_limit_mb = positive_int(config, "memory_limit_mb", 1024)
         self.retry = RetryPolicy.from_config(config)
         self._rng = random.Random()
         self._instances: dict[str, dict[str, Any]] = {}
@@ -149,14 +164,11 @@ class SandboxFusionTool(BaseTool):
         self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
     ) -> tuple[ToolResponse, float, dict[str, Any]]:
         code = parameters.get("code", "")
-        timeout = parameters.get("timeout", self.default_timeout)
+        # Not a finite positive number ("inf", "nan", -5, "soon"): the default, never an exception or a NaN on the wire.
+        timeout = model_timeout(parameters.get("timeout", self.default_timeout), self.default_timeout)
         language = parameters.get("language", self.default_language)
         if not isinstance(code, str):
             code = json.dumps(code)
-        try:
-            timeout = float(timeout)
-        except (TypeError, ValueError):
-            timeout = self.default_timeout
         if instance_id in self._instances:
             self._instances[instance_id]["calls"] += 1
         if language not in SUPPORTED_LANGUAGES:
@@ -304,10 +316,3 @@ def limiter_settings(
     except (TypeError, RuntimeError) as exc:  # LimiterConfigError; keep the tool's ValueError contract
         raise ValueError(f"tool config rate_limiter: {exc}") from None
     return backend, limiter_config, options
-
-
-def _positive_int(config: dict[str, Any], key: str, default: int) -> int:
-    value = config.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"tool config {key!r} must be a positive integer, got {value!r}")
-    return value

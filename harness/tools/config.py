@@ -1,0 +1,93 @@
+"""Validation of the tools' YAML config (``config:`` of a verl tool entry) and of model-given call arguments.
+
+A bad config value is a :class:`ValueError` naming the key when the tool is built; a bad value in a tool call (the
+model's doing) falls back to the configured default instead, so nothing the model writes raises out of ``execute``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+#: Keys verl itself puts in a tool's ``config`` (``initialize_tools_from_config`` reads ``config.type``).
+VERL_KEYS = frozenset({"type"})
+
+
+def check_keys(config: Mapping[str, Any], known: Iterable[str], where: str) -> None:
+    """Refuse keys of ``config`` not in ``known``, suggesting the closest known key (a typo is otherwise silent)."""
+    allowed = sorted(set(known))
+    for key in config:
+        if key in allowed:
+            continue
+        close = difflib.get_close_matches(str(key), allowed, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {allowed}"
+        raise ValueError(f"unknown key {key!r} in {where}{hint}")
+
+
+def is_number(value: object) -> bool:
+    """An int or float, not a bool (YAML ``true`` is not a number here) and not a string."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def positive_int(config: Mapping[str, Any], key: str, default: int, name: str | None = None) -> int:
+    value = config.get(key, default)
+    if not _is_int(value) or value < 1:
+        raise ValueError(f"tool config {name or key!r} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def int_at_least(config: Mapping[str, Any], key: str, default: int, minimum: int, name: str | None = None) -> int:
+    value = config.get(key, default)
+    if not _is_int(value) or value < minimum:
+        raise ValueError(f"tool config {name or key!r} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def finite_number(
+    config: Mapping[str, Any], key: str, default: float, *, positive: bool, name: str | None = None
+) -> float:
+    """A finite number, > 0 (``positive``) or >= 0; bools and strings are refused."""
+    value = config.get(key, default)
+    ok = is_number(value) and math.isfinite(value) and (value > 0 if positive else value >= 0)
+    if not ok:
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"tool config {name or key!r} must be a finite number {bound}, got {value!r}")
+    return float(value)
+
+
+def flag(config: Mapping[str, Any], key: str, default: bool) -> bool:
+    """A real bool: ``bool("false")`` is True, so strings are refused rather than guessed."""
+    value = config.get(key, default)
+    if not isinstance(value, bool):
+        raise ValueError(f"tool config {key!r} must be true or false, got {value!r}")
+    return value
+
+
+def timeout_seconds(config: Mapping[str, Any], key: str, default: float) -> float:
+    """A configured timeout: finite and > 0 (and small enough that twice it plus slack is still finite)."""
+    value = finite_number(config, key, default, positive=True)
+    if not math.isfinite(2 * value + 10):
+        raise ValueError(f"tool config {key!r} must be a finite number > 0, got {value!r}")
+    return value
+
+
+def model_timeout(value: object, default: float) -> float:
+    """The timeout a tool call asked for, or ``default`` when it is not a finite positive number.
+
+    Numeric strings (``"5"``) are accepted, as before; ``"inf"``, ``"nan"``, zero, negatives, bools, non-numeric
+    strings and anything else fall back to the default (the model's mistake is not an exception)."""
+    if isinstance(value, bool):
+        return default
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return default
+    if not (math.isfinite(seconds) and seconds > 0 and math.isfinite(2 * seconds + 10)):
+        return default
+    return seconds
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

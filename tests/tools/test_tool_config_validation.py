@@ -1,0 +1,241 @@
+"""Config validation of the verl tools (a bad value is a ValueError naming its key when the tool is built) and
+model-given call arguments that must never raise out of ``execute`` (a bad timeout falls back to the default)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import pytest
+
+pytest.importorskip("verl", reason="needs the [verl] extra")
+
+from emulator.server import EmulatorServer
+from harness.ratelimit import LimiterConfig, LimiterConfigError
+from harness.tools.retry import RetryPolicy
+from harness.tools.sandbox_fusion import SandboxFusionTool
+
+FAST_RETRY = {"max_attempts": 2, "base_delay": 0.01, "max_delay": 0.05}
+NAN, INF = float("nan"), float("inf")
+
+# ---------------------------------------------------------------------------------------------------- shared cases
+
+#: ``(extra config, the key the error must name)``, for both tools.
+COMMON_BAD: list[tuple[dict[str, Any], str]] = [
+    ({"default_timeout": INF}, "default_timeout"),
+    ({"default_timeout": NAN}, "default_timeout"),
+    ({"default_timeout": 0}, "default_timeout"),
+    ({"default_timeout": -1}, "default_timeout"),
+    ({"default_timeout": "30"}, "default_timeout"),
+    ({"default_timeout": True}, "default_timeout"),
+    ({"enable_global_rate_limit": "false"}, "enable_global_rate_limit"),
+    ({"enable_global_rate_limit": 0}, "enable_global_rate_limit"),
+    ({"retry": {"max_attempts": INF}}, "retry.max_attempts"),
+    ({"retry": {"max_attempts": 10**9}}, "retry.max_attempts"),
+    ({"retry": {"max_attempts": 101}}, "retry.max_attempts"),
+    ({"retry": {"max_attempts": 0}}, "retry.max_attempts"),
+    ({"retry": {"max_attempts": 2.5}}, "retry.max_attempts"),
+    ({"retry": {"max_attempts": True}}, "retry.max_attempts"),
+    ({"retry": {"max_attempts": "3"}}, "retry.max_attempts"),
+    ({"retry": {"base_delay": NAN}}, "retry.base_delay"),
+    ({"retry": {"base_delay": -0.1}}, "retry.base_delay"),
+    ({"retry": {"base_delay": "0.5"}}, "retry.base_delay"),
+    ({"retry": {"max_delay": NAN}}, "retry.max_delay"),
+    ({"retry": {"max_delay": INF}}, "retry.max_delay"),
+    ({"retry": {"max_delay": True}}, "retry.max_delay"),
+    ({"retry": {"max_retry_after": NAN}}, "retry.max_retry_after"),
+    ({"retry": {"max_retry_after": INF}}, "retry.max_retry_after"),
+    ({"retry": {"retry_statuses": "429"}}, "retry.retry_statuses"),
+    ({"retry": {"retry_statuses": 429}}, "retry.retry_statuses"),
+    ({"retry": {"retry_statuses": [429, True]}}, "retry.retry_statuses"),
+    ({"retry": {"retry_statuses": [429.0]}}, "retry.retry_statuses"),
+    ({"retry": {"retry_statuses": [42]}}, "retry.retry_statuses"),
+    ({"retry": {"retry_statuses": [600]}}, "retry.retry_statuses"),
+    ({"retry": {"retry_statuses": ["503"]}}, "retry.retry_statuses"),
+    ({"retry": {"max_atempts": 3}}, "max_atempts"),
+    ({"rate_limt": 2}, "rate_limt"),
+    ({"default_timout": 5}, "default_timout"),
+    ({"retries": {"max_attempts": 3}}, "retries"),
+    ({"rate_limiter": {"backend": "local", "adaptive": {"decrease_factor": "0.5"}}}, "decrease_factor"),
+    ({"rate_limiter": {"backend": "local", "adaptive": {"cooldown_s": "1"}}}, "cooldown_s"),
+    ({"rate_limiter": {"backend": "local", "adaptive": {"decrease_factor": True}}}, "decrease_factor"),
+    ({"rate_limiter": {"backend": "local", "adaptive": {"cooldown_s": NAN}}}, "cooldown_s"),
+]
+
+SANDBOX_FUSION_BAD: list[tuple[dict[str, Any], str]] = [
+    ({"memory_limit_mb": 0}, "memory_limit_mb"),
+    ({"memory_limit_mb": -1}, "memory_limit_mb"),
+    ({"memory_limit_mb": 1.5}, "memory_limit_mb"),
+    ({"memory_limit_mb": "4096"}, "memory_limit_mb"),
+    ({"memory_limit_MB": 4096}, "memory_limit_MB"),
+    ({"sandbox_scope": "call"}, "sandbox_scope"),  # a Daytona key
+]
+
+DAYTONA_BAD: list[tuple[dict[str, Any], str]] = [
+    ({"normalize_code": "false"}, "normalize_code"),
+    ({"normalize_code": 1}, "normalize_code"),
+    ({"create_timeout": NAN}, "create_timeout"),
+    ({"create_timeout": INF}, "create_timeout"),
+    ({"create_timeout": 0}, "create_timeout"),
+    ({"delete_timeout": -1}, "delete_timeout"),
+    ({"delete_timeout": NAN}, "delete_timeout"),
+    ({"auto_stop_interval": -1}, "auto_stop_interval"),
+    ({"auto_stop_interval": 1.5}, "auto_stop_interval"),
+    ({"auto_delete_interval": -1}, "auto_delete_interval"),
+    ({"auto_delete_interval": "30"}, "auto_delete_interval"),
+    ({"auto_delete_interval": True}, "auto_delete_interval"),
+    ({"sandbox_scop": "call"}, "sandbox_scop"),
+    ({"memory_limit_mb": 1024}, "memory_limit_mb"),  # a Sandbox Fusion key
+]
+
+
+def make_sandbox_fusion(url: str = "http://127.0.0.1:9/run_code", **config: Any) -> SandboxFusionTool:
+    base = {"type": "native", "sandbox_fusion_url": url, "retry": FAST_RETRY, "rate_limiter": {"backend": "local"}}
+    return SandboxFusionTool({**base, **config})
+
+
+def make_daytona(api_url: str = "http://127.0.0.1:9/api", api_key: str = "key", **config: Any) -> Any:
+    pytest.importorskip("daytona", reason="needs the [daytona] extra")
+    from harness.tools.daytona import DaytonaTool
+
+    base = {"type": "native", "api_url": api_url, "api_key": api_key, "retry": FAST_RETRY}
+    return DaytonaTool({**base, "rate_limiter": {"backend": "local"}, **config})
+
+
+def _ids(cases: list[tuple[dict[str, Any], str]]) -> list[str]:
+    return [repr(config)[:60] for config, _ in cases]
+
+
+@pytest.mark.parametrize(("config", "key"), COMMON_BAD + SANDBOX_FUSION_BAD, ids=_ids(COMMON_BAD + SANDBOX_FUSION_BAD))
+def test_sandbox_fusion_refuses_bad_config(config: dict[str, Any], key: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(key)):
+        make_sandbox_fusion(**config)
+
+
+@pytest.mark.parametrize(("config", "key"), COMMON_BAD + DAYTONA_BAD, ids=_ids(COMMON_BAD + DAYTONA_BAD))
+def test_daytona_refuses_bad_config(config: dict[str, Any], key: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(key)):
+        make_daytona(**config)
+
+
+@pytest.mark.parametrize(
+    ("typo", "suggestion"),
+    [("rate_limt", "rate_limit"), ("default_timout", "default_timeout"), ("memory_limit_MB", "memory_limit_mb")],
+)
+def test_unknown_key_suggests_the_closest_known_key(typo: str, suggestion: str) -> None:
+    with pytest.raises(ValueError, match=f"did you mean {suggestion!r}"):
+        make_sandbox_fusion(**{typo: 1})
+
+
+def test_unknown_daytona_key_suggests_the_closest_known_key() -> None:
+    with pytest.raises(ValueError, match="did you mean 'sandbox_scope'"):
+        make_daytona(sandbox_scop="call")
+
+
+def test_good_configs_are_accepted() -> None:
+    tool = make_sandbox_fusion(
+        num_workers=3,
+        rate_limit=2,
+        enable_global_rate_limit=False,
+        default_timeout=5,
+        default_language="python",
+        memory_limit_mb=4096,
+        retry={"max_attempts": 100, "base_delay": 0, "max_delay": 1, "max_retry_after": 0, "retry_statuses": [429]},
+    )
+    assert (tool.default_timeout, tool.memory_limit_mb, tool.enable_global_rate_limit) == (5.0, 4096, False)
+    assert tool.retry.max_attempts == 100 and tool.retry.retry_statuses == frozenset({429})
+    daytona = make_daytona(
+        num_workers=4,  # shared with the Sandbox Fusion tool's config; accepted, unused
+        normalize_code=True,
+        create_timeout=0.5,
+        delete_timeout=10,
+        auto_stop_interval=0,
+        auto_delete_interval=0,
+        rate_limiter={"backend": "local", "adaptive": {"decrease_factor": 0.5, "cooldown_s": 0}},
+    )
+    assert (daytona.normalize, daytona.auto_stop_interval, daytona.auto_delete_interval) == (True, 0, 0)
+
+
+def test_retry_policy_and_adaptive_limiter_directly() -> None:
+    with pytest.raises(ValueError, match=r"retry\.max_delay"):
+        RetryPolicy.from_config({"retry": {"max_delay": NAN}})
+    with pytest.raises(LimiterConfigError, match="cooldown_s"):
+        LimiterConfig.from_mapping({"adaptive": {"cooldown_s": "1"}})
+    with pytest.raises(LimiterConfigError, match="lease_s"):
+        LimiterConfig.from_mapping({"lease_s": True})
+
+
+# ---------------------------------------------------------------------------------------------------- model values
+
+BAD_MODEL_TIMEOUTS = ["inf", "nan", "-inf", float("inf"), float("nan"), -5, 0, True, "soon", None, [1], 1e308]
+
+
+def _sandbox_fusion_calls(tool: SandboxFusionTool, calls: list[dict[str, Any]]) -> list[tuple[str | None, Any]]:
+    async def main() -> list[tuple[str | None, Any]]:
+        out = []
+        try:
+            for parameters in calls:
+                instance_id, _ = await tool.create()
+                response, _, metrics = await tool.execute(instance_id, parameters)
+                await tool.release(instance_id)
+                out.append((response.text, metrics))
+        finally:
+            await tool.aclose()
+        return out
+
+    return asyncio.run(main())
+
+
+def test_sandbox_fusion_bad_model_timeout_falls_back_to_the_default(sandbox_emulator: EmulatorServer) -> None:
+    tool = make_sandbox_fusion(sandbox_emulator.run_code_url, default_timeout=7)
+    calls = [{"code": "print(1)", "timeout": timeout} for timeout in BAD_MODEL_TIMEOUTS]
+    results = _sandbox_fusion_calls(tool, calls)
+    assert [(text, metrics["status"]) for text, metrics in results] == [("1\n", "success")] * len(calls)
+    runs = [e for e in sandbox_emulator.emulator.journal.entries() if e.route == "sandbox_fusion.run_code"]
+    assert len(runs) == len(calls)
+
+
+def test_sandbox_fusion_sends_the_default_not_nan(sandbox_emulator: EmulatorServer, monkeypatch: Any) -> None:
+    tool = make_sandbox_fusion(sandbox_emulator.run_code_url, default_timeout=7)
+    sent: list[float] = []
+    original = tool._call_once
+
+    async def spy(code: str, timeout: float, language: str) -> Any:
+        sent.append(timeout)
+        return await original(code, timeout, language)
+
+    monkeypatch.setattr(tool, "_call_once", spy)
+    _sandbox_fusion_calls(tool, [{"code": "print(1)", "timeout": "nan"}, {"code": "print(1)", "timeout": "2.5"}])
+    assert sent == [7.0, 2.5]
+
+
+def test_daytona_bad_model_timeout_falls_back_and_reports_the_applied_timeout(
+    sandbox_emulator: EmulatorServer,
+) -> None:
+    tool = make_daytona(
+        sandbox_emulator.url + "/api",
+        sandbox_emulator.emulator.config.daytona.api_key,
+        default_timeout=1,
+        sandbox_scope="trajectory",  # one sandbox for all the calls (faster)
+    )
+    calls = [{"code": "print(1)", "timeout": timeout} for timeout in ["inf", "nan", float("nan"), -5, "soon", 1e308]]
+    calls.append({"code": "while True: pass", "timeout": -5})
+
+    async def main() -> list[tuple[str | None, Any]]:
+        out = []
+        try:
+            instance_id, _ = await tool.create()
+            for parameters in calls:
+                response, _, metrics = await tool.execute(instance_id, parameters)
+                out.append((response.text, metrics["status"]))
+            await tool.release(instance_id)
+        finally:
+            await tool.aclose()
+        return out
+
+    results = asyncio.run(main())
+    assert results[:-1] == [("1\n", "success")] * (len(calls) - 1)
+    # -5 is not a timeout: the default (1 s) applies, and the model is told the timeout actually applied.
+    assert results[-1] == ("Execution timed out after 1 seconds.", "timeout")
+    assert [record.id for record in sandbox_emulator.emulator.daytona_report().leaked] == []
