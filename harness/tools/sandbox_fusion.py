@@ -39,6 +39,7 @@ from harness.ratelimit import Outcome as CallOutcome
 from harness.tools.config import VERL_KEYS, check_keys, flag, model_timeout, positive_int, timeout_seconds
 from harness.tools.observations import INFRA_FAULT_OBSERVATION, NO_STDOUT
 from harness.tools.retry import RetryPolicy, retry_after_seconds
+from harness.urls import url_problem
 
 log = logging.getLogger(__name__)
 
@@ -123,15 +124,23 @@ class SandboxFusionTool(BaseTool):
         schema = tool_schema or OpenAIFunctionToolSchema.model_validate(DEFAULT_SCHEMA)
         super().__init__(config, schema)
         check_keys(config, CONFIG_KEYS, "the SandboxFusionTool config")
-        self.url = str(config.get("sandbox_fusion_url") or "")
-        if not self.url:
+        raw_url = config.get("sandbox_fusion_url")
+        if not raw_url:
             raise ValueError("sandbox_fusion_url is not set (the full URL of /run_code)")
+        if not isinstance(raw_url, str) or url_problem(raw_url) is not None:  # else every call fails, retried
+            raise ValueError(f"sandbox_fusion_url must be the http(s) URL of /run_code, got {raw_url!r}")
+        self.url = raw_url
         self.num_workers = positive_int(config, "num_workers", 10)
         self.rate_limit = positive_int(config, "rate_limit", 10)
         self.enable_global_rate_limit = flag(config, "enable_global_rate_limit", True)
         self.limiter_backend, self.limiter_config, self.limiter_options = limiter_settings(config, self.rate_limit)
         self.default_timeout = timeout_seconds(config, "default_timeout", 30)
-        self.default_language = str(config.get("default_language", "python"))
+        self.default_language = config.get("default_language", "python")
+        if self.default_language not in SUPPORTED_LANGUAGES:  # else every call without a language fails unseen
+            raise ValueError(
+                "tool config 'default_language' must be one of Sandbox Fusion's languages, "
+                f"got {self.default_language!r}"
+            )
         self.memory_limit_mb = positive_int(config, "memory_limit_mb", 1024)
         self.retry = RetryPolicy.from_config(config)
         self._rng = random.Random()
@@ -309,6 +318,15 @@ def limiter_settings(
         options["redis_url"] = spec.pop("redis_url")
     if backend == "redis" and "redis_url" not in options:
         raise ValueError("rate_limiter.backend redis needs rate_limiter.redis_url")
+    if "redis_url" in options and backend != "redis":  # a shared cap meant, a per-process one given
+        raise ValueError(f"rate_limiter.redis_url is used by backend redis only, and the backend is {backend!r}")
+    redis_url = options.get("redis_url")
+    if redis_url is not None and not (
+        isinstance(redis_url, str)
+        and redis_url.split("://", 1)[0] in ("redis", "rediss", "unix")
+        and "://" in redis_url
+    ):
+        raise ValueError(f"rate_limiter.redis_url must be a redis://, rediss:// or unix:// URL, got {redis_url!r}")
     spec.setdefault("limit", rate_limit)
     spec.setdefault("name", f"{default_prefix}-{spec['limit']}")
     try:

@@ -70,6 +70,14 @@ SANDBOX_FUSION_BAD: list[tuple[dict[str, Any], str]] = [
     ({"memory_limit_mb": "4096"}, "memory_limit_mb"),
     ({"memory_limit_MB": 4096}, "memory_limit_MB"),
     ({"sandbox_scope": "call"}, "sandbox_scope"),  # a Daytona key
+    ({"sandbox_fusion_url": "127.0.0.1:8080/run_code"}, "sandbox_fusion_url"),  # no scheme: every call would fail
+    ({"sandbox_fusion_url": "not a url"}, "sandbox_fusion_url"),
+    ({"sandbox_fusion_url": 8080}, "sandbox_fusion_url"),
+    ({"default_language": "pyhton"}, "default_language"),
+    ({"default_language": None}, "default_language"),
+    ({"rate_limiter": {"backend": "redis", "redis_url": "localhost:6379"}}, "redis_url"),
+    ({"rate_limiter": {"backend": "redis", "redis_url": ""}}, "redis_url"),
+    ({"rate_limiter": {"backend": "local", "redis_url": "redis://h/0"}}, "redis_url"),  # a shared cap meant
 ]
 
 DAYTONA_BAD: list[tuple[dict[str, Any], str]] = [
