@@ -200,16 +200,7 @@ def run_grpo_job(options: GRPOJobOptions, progress: StepProgress | None = None) 
         if not api_key:
             raise GRPOJobError("--api-url needs an API key: pass --api-key or set DAYTONA_API_KEY")
         config = DaytonaConfig(api_url=options.api_url, api_key=api_key)
-        outcome, recorder, pool, train_s = _train(options, config, progress)
-        return GRPOJobResult(
-            options,
-            outcome,
-            recorder,
-            pool.stats,
-            time.monotonic() - started,
-            train_s,
-            create_error=pool.last_create_error,
-        )
+        return _result(options, *_train(options, config, progress), started)
 
     from emulator.daytona import interpreter_runs
     from emulator.server import EmulatorServer, quiet_reset_log
@@ -221,6 +212,30 @@ def run_grpo_job(options: GRPOJobOptions, progress: StepProgress | None = None) 
         outcome, recorder, pool, train_s = _train(options, config, progress)
     entries = emulator.journal.entries()
     faults: Counter[str] = Counter(e.fault for e in entries if e.fault is not None)
+    return _result(
+        options,
+        outcome,
+        recorder,
+        pool,
+        train_s,
+        started,
+        sandboxes_left=[s.id for s in emulator.daytona_report().leaked],
+        runs_per_program=interpreter_runs(entries),
+        expected_runs=expected_runs(recorder),
+        faults_injected=dict(faults),
+    )
+
+
+def _result(
+    options: GRPOJobOptions,
+    outcome: GRPOOutcome,
+    recorder: RecordingReward,
+    pool: DaytonaPool,
+    train_s: float,
+    started: float,
+    **emulator_figures: Any,
+) -> GRPOJobResult:
+    """The job's figures from its training, against a real Daytona or (with ``emulator_figures``) the emulator."""
     return GRPOJobResult(
         options,
         outcome,
@@ -228,9 +243,6 @@ def run_grpo_job(options: GRPOJobOptions, progress: StepProgress | None = None) 
         pool.stats,
         time.monotonic() - started,
         train_s,
-        sandboxes_left=[s.id for s in emulator.daytona_report().leaked],
-        runs_per_program=interpreter_runs(entries),
-        expected_runs=expected_runs(recorder),
-        faults_injected=dict(faults),
         create_error=pool.last_create_error,
+        **emulator_figures,
     )
