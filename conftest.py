@@ -4,6 +4,10 @@ fixtures several test directories share."""
 
 from __future__ import annotations
 
+import shutil
+import socket
+import subprocess
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,3 +43,73 @@ def tiny_tokenizer() -> Any:
     from harness.rollout import tiny_tokenizer
 
     return tiny_tokenizer()
+
+
+class RedisServer:
+    """A private ``redis-server`` (Debian's; ``make test`` installs it) on a loopback port, with no persistence.
+    ``stop()`` then ``start()`` brings it back on the same port, empty: an outage as a client sees it."""
+
+    def __init__(self, binary: str) -> None:
+        self.binary = binary
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port: int = sock.getsockname()[1]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        command = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not self._answers():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"redis-server did not start on port {self.port}")
+            time.sleep(0.05)
+
+    def _answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+
+def _redis_binary() -> str:
+    pytest.importorskip("redis")
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (make test installs it with apt-get)")
+    return binary
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """The URL of one private ``redis-server`` shared by the session's tests."""
+    server = RedisServer(_redis_binary())
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def private_redis() -> Iterator[RedisServer]:
+    """A ``redis-server`` of the test's own, started; the test may stop and restart it."""
+    server = RedisServer(_redis_binary())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

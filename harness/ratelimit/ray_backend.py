@@ -18,6 +18,7 @@ from typing import Any
 from uuid import uuid4
 
 import ray
+from ray.exceptions import RayActorError
 
 from harness.ratelimit.base import (
     LimiterConfig,
@@ -127,16 +128,29 @@ class RayLimiter(RemoteLimiter):
             self._checked = True
         return self
 
+    def _lost(self, actor: Any) -> None:
+        """The actor died (killed, or its node went): the next call makes a new one, as the first call did."""
+        if self._actor is actor and actor is not None:
+            log.warning("limiter %r: its actor is gone; the next call starts a new one", self.name)
+            self._actor = None
+            self._checked = False
+
     async def acquire(self) -> Ticket:
-        await self.open()
-        rid = uuid4().hex
         actor = self.actor
+        try:
+            await self.open()
+        except RayActorError:
+            self._lost(actor)
+            raise
+        rid = uuid4().hex
         ref = actor.acquire.remote(rid, self.holder)
         self._waiting.add(rid)
         self._ensure_heartbeat()
         try:
             result = await ref
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, RayActorError):
+                self._lost(actor)
             # Cancelled or failed: the actor dequeues the request or takes its grant back, exactly once.
             try:
                 actor.withdraw.remote(rid)
@@ -155,14 +169,24 @@ class RayLimiter(RemoteLimiter):
     async def release(self, ticket: Ticket) -> None:
         if self._held.pop(ticket.request_id, None) is None:
             raise LimiterError(f"release of a ticket this client does not hold (double release?): {ticket}")
-        result = await self.actor.release.remote(ticket.request_id)
+        actor = self.actor
+        try:
+            result = await actor.release.remote(ticket.request_id)
+        except RayActorError:
+            self._lost(actor)
+            raise
         if result == "expired":
             log.warning("limiter %r: ticket %s was reclaimed before its release (lease expired)", self.name, ticket)
         elif result != "released":
             raise LimiterError(result)
 
     async def _report(self, outcome: Outcome) -> None:
-        await self.actor.report.remote(outcome)
+        actor = self.actor
+        try:
+            await actor.report.remote(outcome)
+        except RayActorError:
+            self._lost(actor)
+            raise
 
     async def stats(self) -> LimiterStats:
         return LimiterStats.from_dict(await self.actor.stats.remote())

@@ -32,8 +32,14 @@ from harness.ratelimit.base import (
 
 log = logging.getLogger(__name__)
 
+#: Seconds to connect to Redis, and to wait for one command's answer (the Lua script runs in microseconds).
+CONNECT_TIMEOUT_S = 5.0
+COMMAND_TIMEOUT_S = 10.0
+
 KEY_NAMES = ("cfg", "queue", "qexp", "held", "owner", "tombs", "tomborder", "state")
 TOMBSTONES = 100_000
+#: The script's answer when the limiter's keys are missing (never opened, or lost with a Redis restart).
+NOT_CONFIGURED = "error: limiter is not configured (open it first)"
 
 LUA = r"""
 local cfg_key, queue, qexp, held = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -56,7 +62,7 @@ if op == 'open' then
 end
 
 local raw = redis.call('GET', cfg_key)
-if not raw then return 'error: limiter is not configured (open it first)' end
+if not raw then return 'NOT_CONFIGURED' end
 local c = cjson.decode(raw)
 local lease = c.lease_s * 1000
 local rate = nil
@@ -233,7 +239,7 @@ elseif op == 'status' then
   return status(ARGV[3])
 end
 return 'error: unknown op ' .. op
-""".replace("TOMBSTONES", str(TOMBSTONES))
+""".replace("TOMBSTONES", str(TOMBSTONES)).replace("NOT_CONFIGURED", NOT_CONFIGURED)
 
 
 def _raise_if_cancel_swallowed() -> None:
@@ -316,7 +322,11 @@ class RedisLimiter(RemoteLimiter):
                 raise LimiterConfigError("the redis limiter backend needs redis_url or a client")
             import redis.asyncio
 
-            client = redis.asyncio.Redis.from_url(url)
+            # Bounded waits: a Redis that stops answering fails the call (an infrastructure fault for the tools)
+            # instead of hanging it. Timeouts given in the URL's query win.
+            client = redis.asyncio.Redis.from_url(
+                url, socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=COMMAND_TIMEOUT_S
+            )
             self._owns_client = True
         else:
             self._owns_client = False
@@ -333,11 +343,20 @@ class RedisLimiter(RemoteLimiter):
         self._background: set[asyncio.Task[Any]] = set()
 
     async def _call(self, op: str, *args: str) -> str:
-        now = "" if self.clock is None else str(int(self.clock() * 1000))
-        result = _text(await self._script(keys=self.keys, args=[op, now, *args]))
+        result = await self._run(op, *args)
+        if result == NOT_CONFIGURED and self._checked:
+            # The limiter's keys are gone (Redis restarted without persistence, or they were deleted): set the config
+            # again, as the first client did, and go on. Tickets granted before are gone with them.
+            log.warning("limiter %r: its state is gone from Redis (a restart?); configuring it again", self.name)
+            check_stored(self.config, await self._run("open", config_json(self.config)))
+            result = await self._run(op, *args)
         if result.startswith("error: "):
             raise LimiterError(f"limiter {self.name!r}: {result[7:]}")
         return result
+
+    async def _run(self, op: str, *args: str) -> str:
+        now = "" if self.clock is None else str(int(self.clock() * 1000))
+        return _text(await self._script(keys=self.keys, args=[op, now, *args]))
 
     async def open(self) -> RedisLimiter:
         if not self._checked:
@@ -363,7 +382,7 @@ class RedisLimiter(RemoteLimiter):
             # Cancelled or failed: dequeue the request or hand its grant back, exactly once, even if cancelled again.
             task = asyncio.get_running_loop().create_task(self._call("withdraw", rid))
             self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            task.add_done_callback(self._withdrawn)
             raise
         finally:
             self._waiting.discard(rid)
@@ -373,6 +392,12 @@ class RedisLimiter(RemoteLimiter):
         self._held[rid] = ticket
         self._max_held = max(self._max_held, len(self._held))
         return ticket
+
+    def _withdrawn(self, task: asyncio.Task[Any]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # Redis is unreachable (the acquire failed for the same reason): the lease reclaims the request.
+            log.debug("limiter %r: withdraw failed: %s", self.name, task.exception())
 
     async def _nap(self, delay: float) -> bool:
         """Sleep ``delay`` or until this client releases a ticket (``True``). A bare future, not ``wait_for``:

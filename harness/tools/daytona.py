@@ -42,6 +42,7 @@ from harness.tools.config import (
     timeout_seconds,
 )
 from harness.tools.observations import INFRA_FAULT_OBSERVATION
+from harness.tools.permits import LimiterUnavailable, return_permit, take_permit
 from harness.tools.retry import RetryPolicy, retry_after_seconds
 from harness.tools.sandbox_fusion import DEFAULT_SCHEMA, limiter_settings, open_tool_limiter
 
@@ -186,7 +187,10 @@ class DaytonaTool(BaseTool):
         from daytona.common.errors import DaytonaConnectionTimeoutError
 
         limiter = self._limiter
-        permit = await limiter.acquire() if limiter is not None else None
+        try:
+            permit = await take_permit(limiter)
+        except LimiterUnavailable as exc:
+            raise _Infra(exc.reason, None, exc.retryable) from None
         outcome: Outcome = "error"
         try:
             result = await make()
@@ -220,9 +224,7 @@ class DaytonaTool(BaseTool):
         except (OSError, asyncio.TimeoutError) as exc:
             raise _Infra(f"{type(exc).__name__}: {exc}"[:200]) from None
         finally:
-            if limiter is not None and permit is not None:
-                await limiter.release(permit)
-                await limiter.report(outcome)  # adaptive limiters shrink on 429; a no-op otherwise
+            await return_permit(limiter, permit, outcome)  # adaptive limiters shrink on 429s
 
     async def _with_retries(self, make: Any, attempts: list[int] | None = None, program: bool = False) -> Any:
         """``make()`` under the limiter, retried per the retry policy; ``attempts`` (a one-item list) gets the count."""

@@ -38,6 +38,7 @@ from harness.ratelimit import AsyncLimiter, ConcurrencyLimiter, LimiterConfig, o
 from harness.ratelimit import Outcome as CallOutcome
 from harness.tools.config import VERL_KEYS, check_keys, flag, model_timeout, positive_int, timeout_seconds
 from harness.tools.observations import INFRA_FAULT_OBSERVATION, NO_STDOUT
+from harness.tools.permits import LimiterUnavailable, return_permit, take_permit
 from harness.tools.retry import RetryPolicy, retry_after_seconds
 from harness.urls import url_problem
 
@@ -235,7 +236,10 @@ class SandboxFusionTool(BaseTool):
         }
         client_timeout = aiohttp.ClientTimeout(total=2 * timeout + 10)
         limiter = self._limiter
-        permit = await limiter.acquire() if limiter is not None else None
+        try:
+            permit = await take_permit(limiter)
+        except LimiterUnavailable as exc:
+            raise InfraFault(exc.reason, retryable=exc.retryable) from None
         outcome: CallOutcome = "error"
         try:
             async with self._session.post(self.url, json=payload, timeout=client_timeout) as response:
@@ -250,9 +254,7 @@ class SandboxFusionTool(BaseTool):
         except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
             raise InfraFault(f"{type(exc).__name__}: {exc}"[:200]) from None
         finally:
-            if limiter is not None and permit is not None:
-                await limiter.release(permit)
-                await limiter.report(outcome)  # adaptive limiters shrink on 429; a no-op otherwise
+            await return_permit(limiter, permit, outcome)  # adaptive limiters shrink on 429s
         try:
             body = json.loads(text)
         except json.JSONDecodeError:

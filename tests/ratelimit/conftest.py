@@ -1,12 +1,8 @@
-"""Fixtures for the limiter tests: one Ray cluster per test session (shared with any other test that already
-started one), a real ``redis-server`` on a free loopback port, and a factory for limiters of every backend."""
+"""A factory for limiters of every backend; the Ray cluster and the real ``redis-server`` it uses are the root
+conftest's session fixtures."""
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -14,45 +10,6 @@ from typing import Any
 import pytest
 
 BACKENDS = ["local", "ray", "fakeredis", "redis"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
-    """A private ``redis-server`` (Debian's; ``make test`` installs it) on a free loopback port, stopped at the end."""
-    pytest.importorskip("redis")
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed (make test installs it with apt-get)")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith(b"+PONG"):
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server did not start on port {port}")
-            time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 LimiterFactory = Callable[..., Any]

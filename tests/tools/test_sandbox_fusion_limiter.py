@@ -6,12 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
-import socket
-import subprocess
-import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,34 +20,6 @@ from harness.tools.sandbox_fusion import SandboxFusionTool, limiter_settings
 
 RUN_CODE = "sandbox_fusion.run_code"
 FAST_RETRY = {"max_attempts": 4, "base_delay": 0.01, "max_delay": 0.05}
-
-
-@pytest.fixture(scope="module")
-def redis_url() -> Iterator[str]:
-    pytest.importorskip("redis")
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed (make test installs it with apt-get)")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                proc.kill()
-                raise
-            time.sleep(0.05)
-    yield f"redis://127.0.0.1:{port}/0"
-    proc.terminate()
-    proc.wait(10)
 
 
 def make_tool(url: str, **config: Any) -> SandboxFusionTool:
