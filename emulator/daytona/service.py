@@ -367,13 +367,13 @@ class DaytonaService:
     # ------------------------------------------------------------------ toolbox operations
 
     async def _tb_toolbox_execute(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        return await self.toolbox.execute(sandbox, _json_body(body))
+        return await self.toolbox.execute(sandbox, _daemon_body(body))
 
     async def _tb_toolbox_code_run(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        return await self.toolbox.code_run(sandbox, _json_body(body), self.python)
+        return await self.toolbox.code_run(sandbox, _daemon_body(body), self.python)
 
     async def _tb_toolbox_session_create(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        self.toolbox.create_session(sandbox, _json_body(body))
+        self.toolbox.create_session(sandbox, _daemon_body(body))
         return Response(status_code=201)
 
     async def _tb_toolbox_session_list(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
@@ -387,7 +387,7 @@ class DaytonaService:
         return Response(status_code=204)
 
     async def _tb_toolbox_session_exec(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        return await self.toolbox.session_exec(sandbox, request.path_params["session"], _json_body(body))
+        return await self.toolbox.session_exec(sandbox, request.path_params["session"], _daemon_body(body))
 
     async def _tb_toolbox_session_command(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         params = request.path_params
@@ -398,7 +398,7 @@ class DaytonaService:
         return self.toolbox.logs(sandbox, params["session"], params["command"])
 
     async def _tb_interpreter_context_create(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        data = _json_body(body)
+        data = _daemon_body(body)
         cwd = data.get("cwd")
         target = resolve(sandbox, cwd) if isinstance(cwd, str) and cwd else sandbox.home
         language = data.get("language") if isinstance(data.get("language"), str) else "python"
@@ -444,7 +444,7 @@ class DaytonaService:
         return {"files": written}
 
     async def _tb_toolbox_files_download(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        paths = _json_body(body).get("paths")
+        paths = _daemon_body(body).get("paths")
         if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
             raise ApiError(400, "paths must be a list of strings")
         parts: list[tuple[str, str, str, bytes]] = []
@@ -673,7 +673,12 @@ def _folder_mode(raw: str | None) -> int:
 
 
 def _as_go_decodes(value: Any) -> Any:
-    """A JSON string as the daemon's Go decoder reads it: a lone surrogate escape (``"\\ud800"``) becomes U+FFFD."""
+    """A JSON value as the daemon's Go decoder reads it: a lone surrogate escape (``"\\ud800"``) in any string or key
+    becomes U+FFFD."""
+    if isinstance(value, dict):
+        return {_as_go_decodes(key): _as_go_decodes(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_as_go_decodes(item) for item in value]
     if not isinstance(value, str):
         return value
     try:
@@ -681,3 +686,9 @@ def _as_go_decodes(value: Any) -> Any:
     except UnicodeEncodeError:
         return "".join("\ufffd" if "\ud800" <= char <= "\udfff" else char for char in value)
     return value
+
+
+def _daemon_body(body: bytes) -> dict[str, Any]:
+    """A toolbox request's JSON body, decoded as the daemon (Go) decodes it."""
+    data: dict[str, Any] = _as_go_decodes(_json_body(body))
+    return data

@@ -92,12 +92,24 @@ class Toolbox:
         return env
 
     async def _run(
-        self, argv: list[str], sandbox: Sandbox, env: dict[str, str], timeout: float, script: str | None = None
+        self,
+        argv: list[str],
+        sandbox: Sandbox,
+        env: dict[str, str],
+        timeout: float,
+        script: str | None = None,
+        stdin: bytes | None = None,
     ) -> ExecutionResult:
         executor = await self._executor()
-        return await executor.run(
-            ExecutionRequest(argv=argv, cwd=sandbox.home, timeout=timeout, extra_env=env, python_script=script)
+        request = ExecutionRequest(
+            argv=argv, cwd=sandbox.home, timeout=timeout, stdin=stdin, extra_env=env, python_script=script
         )
+        return await executor.run(request)
+
+    async def _bash(self, script: str, sandbox: Sandbox, env: dict[str, str], timeout: float) -> ExecutionResult:
+        """``script`` run by a bash that reads it from its stdin, as the daemon feeds its shell: no argument-size
+        limit (the kernel refuses a single argument over 128 KiB), and the script's commands share that stdin."""
+        return await self._run([BASH], sandbox, env, timeout, stdin=script.encode("utf-8", "surrogateescape"))
 
     async def shell(
         self, sandbox: Sandbox, command: str, cwd: str | None, env: dict[str, str], timeout: float
@@ -109,7 +121,7 @@ class Toolbox:
             if not is_dir(target):
                 raise ApiError(400, f"cwd does not exist: {cwd}")
             prefix += f"cd -- {shlex.quote(target)} || exit 1\n"
-        result = await self._run([BASH, "-c", prefix + command], sandbox, env, timeout)
+        result = await self._bash(prefix + command, sandbox, env, timeout)
         if result.status == "TimeLimitExceeded":
             raise CommandTimeout
         if result.status == "Error":
@@ -198,9 +210,7 @@ class Toolbox:
         session.commands[command.id] = command
 
         async def run() -> None:
-            executor_result = await self._run(
-                [BASH, "-c", command_text], sandbox, dict(sandbox.env), self._default_timeout
-            )
+            executor_result = await self._bash(command_text, sandbox, dict(sandbox.env), self._default_timeout)
             command.stdout = executor_result.stdout or ""
             command.stderr = executor_result.stderr or ""
             command.exit_code = executor_result.return_code if executor_result.return_code is not None else -1

@@ -95,3 +95,26 @@ def test_an_interval_in_the_path_is_checked_as_at_creation(
     assert client.post(f"/api/sandbox/{sid}/{which}/{raw}").status_code == status
     assert client.post(f"/api/sandbox/{sid}/autodelete/-1").status_code == 200  # never: a value autodelete takes
     assert client.post(f"/api/sandbox/{sid}/autostop/0").status_code == 200
+
+
+def test_a_command_over_the_kernels_argument_limit_runs(client: httpx.Client) -> None:
+    """The daemon feeds its shell the command on stdin, so a command of 300 KiB runs; passed as one argument (``-c``)
+    the kernel refuses any over 128 KiB."""
+    sid = _sandbox(client)
+    payload = "a" * (300 * 1024)
+    command = f"x='{payload}'\necho ${{#x}}"
+    executed = client.post(f"/toolbox/{sid}/process/execute", json={"command": command})
+    assert executed.status_code == 200, executed.text
+    assert executed.json() == {"exitCode": 0, "result": f"{len(payload)}\n"}
+    assert client.post(f"/toolbox/{sid}/process/session", json={"sessionId": "s"}).status_code in (200, 201)
+    in_session = client.post(f"/toolbox/{sid}/process/session/s/exec", json={"command": command})
+    assert in_session.status_code == 200, in_session.text
+    assert (in_session.json()["exitCode"], in_session.json()["output"]) == (0, f"{len(payload)}\n")
+
+
+def test_a_lone_surrogate_in_a_toolbox_body_is_decoded_as_go_decodes_it(client: httpx.Client) -> None:
+    sid = _sandbox(client)
+    body = b'{"command": "printf %s \\"a\\ud800b\\""}'  # an escape JSON allows and UTF-8 cannot hold
+    executed = client.post(f"/toolbox/{sid}/process/execute", content=body)
+    assert executed.status_code == 200, executed.text
+    assert executed.json() == {"exitCode": 0, "result": "a\ufffdb"}
