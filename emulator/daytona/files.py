@@ -59,7 +59,11 @@ def resolve(sandbox: Sandbox, path: str) -> str:
 
 
 def parse_multipart(body: bytes, content_type: str | None) -> list[tuple[dict[str, str], bytes]]:
-    """Parts of a ``multipart/form-data`` body as (content-disposition params + headers, payload)."""
+    """Parts of a ``multipart/form-data`` body as (content-disposition params + headers, payload).
+
+    A delimiter is the boundary at the start of a line (RFC 2046), followed by the end of that line or by ``--`` (the
+    close): the same bytes inside a part's payload are payload. A body without its close delimiter (cut short) is a
+    400, as Go's ``mime/multipart`` refuses it, never a truncated file written."""
     boundary = None
     for piece in (content_type or "").split(";"):
         key, _, value = piece.strip().partition("=")
@@ -67,26 +71,46 @@ def parse_multipart(body: bytes, content_type: str | None) -> list[tuple[dict[st
             boundary = value.strip().strip('"')
     if not boundary:
         raise ApiError(400, "multipart boundary missing")
-    delimiter = b"--" + boundary.encode("latin-1")
+    marker = b"\r\n--" + boundary.encode("latin-1")
+    text = b"\r\n" + body  # the first delimiter may open the body without a line break before it
     parts: list[tuple[dict[str, str], bytes]] = []
-    for chunk in body.split(delimiter)[1:]:
-        if chunk.startswith(b"--"):
-            break
-        chunk = chunk.removeprefix(b"\r\n")
-        head, sep, payload = chunk.partition(b"\r\n\r\n")
-        if not sep:
+    start: int | None = None  # where the current part's headers begin
+    at = text.find(marker)
+    while at >= 0:
+        after = at + len(marker)
+        if text.startswith(b"--", after):
+            if start is not None:
+                parts.append(_part(text[start:at]))
+            return parts
+        line_end = text.find(b"\r\n", after)
+        if line_end >= 0 and not text[after:line_end].strip(b" \t"):
+            if start is not None:
+                parts.append(_part(text[start:at]))
+            start = line_end + 2
+            at = text.find(marker, start)
+        else:
+            at = text.find(marker, after)  # the boundary's bytes inside a payload, not a delimiter
+    raise ApiError(400, "multipart: NextPart: EOF")
+
+
+def _part(raw: bytes) -> tuple[dict[str, str], bytes]:
+    head, sep, payload = raw.partition(b"\r\n\r\n")
+    if not sep:
+        if raw.endswith(b"\r\n") or not raw:  # headers only, no payload
+            head, payload = raw, b""
+        else:
+            raise ApiError(400, "multipart: malformed part headers")
+    info: dict[str, str] = {}
+    for line in head.decode("latin-1").split("\r\n"):
+        if not line:
             continue
-        payload = payload.removesuffix(b"\r\n")
-        info: dict[str, str] = {}
-        for line in head.decode("latin-1").split("\r\n"):
-            name, _, value = line.partition(":")
-            info[name.strip().lower()] = value.strip()
-            if name.strip().lower() == "content-disposition":
-                for param in value.split(";")[1:]:
-                    pkey, _, pval = param.strip().partition("=")
-                    info[pkey.strip().lower()] = pval.strip().strip('"')
-        parts.append((info, payload))
-    return parts
+        name, _, value = line.partition(":")
+        info[name.strip().lower()] = value.strip()
+        if name.strip().lower() == "content-disposition":
+            for param in value.split(";")[1:]:
+                pkey, _, pval = param.strip().partition("=")
+                info[pkey.strip().lower()] = pval.strip().strip('"')
+    return info, payload
 
 
 def multipart_body(parts: list[tuple[str, str, str, bytes]]) -> tuple[bytes, str]:
@@ -132,8 +156,27 @@ def file_info(path: str, shown_path: str) -> dict[str, Any]:
     }
 
 
+def make_dirs(path: str, mode: int = 0o777) -> None:
+    """``os.makedirs(path, mode, exist_ok=True)`` without recursion (``mode`` for the last directory, as there): a
+    path of thousands of components (``a/a/.../a``, as deep as ``PATH_MAX`` allows) raised ``RecursionError`` there,
+    not the ``OSError`` a caller answers."""
+    missing: list[str] = []
+    while path and not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, mode if directory is missing[0] else 0o777)
+        except FileExistsError:
+            if not os.path.isdir(directory):
+                raise
+
+
 def write_file(target: str, data: bytes) -> None:
-    os.makedirs(os.path.dirname(target), exist_ok=True)
+    make_dirs(os.path.dirname(target))
     tmp = f"{target}.{os.getpid()}.{time.monotonic_ns()}.part"
     with open(tmp, "wb") as f:
         f.write(data)

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from emulator.executor.workdir import chown_tree
+from emulator.executor.trees import chown_tree
 from emulator.faults.bodies import now_iso
 
 _DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "interp_driver.py")

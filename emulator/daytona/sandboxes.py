@@ -9,7 +9,6 @@ the store is touched, so a fake clock drives them deterministically.
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import threading
 import uuid
@@ -17,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from emulator.executor.trees import remove_tree
 from emulator.faults.bodies import now_iso
 
 from .config import DaytonaConfig
@@ -382,7 +382,7 @@ class SandboxStore:
             hook(sandbox)
         if sandbox.home_dir is not None:
             sandbox.home_dir.cleanup()
-        _remove_tree(sandbox.root)
+        remove_tree(sandbox.root)
 
     def set_labels(self, id_or_name: str, labels: dict[str, str]) -> Sandbox:
         with self._lock:
@@ -414,17 +414,5 @@ class SandboxStore:
     def close(self) -> None:
         self.clear()
         if self._owned_root and self._root is not None:
-            _remove_tree(self._root)
+            remove_tree(self._root)
             self._root = None
-
-
-def _remove_tree(path: str) -> None:
-    def _fix(func: object, failed: str, _exc: object) -> None:
-        try:
-            os.chmod(os.path.dirname(failed), 0o700)
-            os.chmod(failed, 0o700, follow_symlinks=False)
-        except OSError:
-            pass
-
-    shutil.rmtree(path, onerror=_fix)
-    shutil.rmtree(path, ignore_errors=True)

@@ -28,7 +28,7 @@ from emulator.journal import retry_after_detail
 
 from .config import AUTHENTICATED, SANDBOX_CREATE, SANDBOX_LIFECYCLE, DaytonaConfig
 from .errors import ApiError, api_error, daemon_error, json_response
-from .files import file_info, multipart_body, parse_multipart, read_file, resolve, write_file
+from .files import file_info, make_dirs, multipart_body, parse_multipart, read_file, resolve, write_file
 from .interpreter import Context, Interpreters, InterpreterSettings, InterpreterTimeout
 from .report import code_digest
 from .sandboxes import Sandbox, SandboxStore, interval_minutes
@@ -486,7 +486,7 @@ class DaytonaService:
 
     async def _tb_toolbox_files_folder(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         path = request.query_params.get("path", "")
-        os.makedirs(resolve(sandbox, path), mode=_folder_mode(request.query_params.get("mode")), exist_ok=True)
+        make_dirs(resolve(sandbox, path), _folder_mode(request.query_params.get("mode")))
         return Response(status_code=201)
 
     async def _tb_info_dispatch(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:

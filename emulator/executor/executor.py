@@ -17,7 +17,8 @@ from typing import Any
 from . import start_gate
 from .capture import decode_output
 from .model import ExecutionRequest, ExecutionResult, ExecutorConfig
-from .workdir import DeferredWorkdir, Workdir, chown_tree
+from .trees import chown_tree
+from .workdir import DeferredWorkdir, Workdir
 from .zygote import Pending, Zygote, ZygoteLost
 
 _log = logging.getLogger(__name__)

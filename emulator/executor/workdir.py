@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 import stat
 import sys
 import tempfile
@@ -12,6 +10,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 
 from .model import WorkdirSetup
+from .trees import remove_tree
 
 # tempfile's name alphabet and length (``tmp`` + 8 of these, as mkdtemp/mkstemp make them).
 _NAME_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
@@ -122,15 +121,7 @@ class Workdir:
             return
         self._closed = True
 
-        def _fix(func: object, path: str, _exc: object) -> None:
-            try:
-                os.chmod(os.path.dirname(path), 0o700)
-                os.chmod(path, 0o700, follow_symlinks=False)
-            except OSError:
-                pass
-
-        shutil.rmtree(self._path, onerror=_fix)
-        shutil.rmtree(self._path, ignore_errors=True)
+        remove_tree(self._path)
         if self._on_cleanup is not None:
             self._on_cleanup(self._real)
 
@@ -311,7 +302,7 @@ class DeferredWorkdir:
         if self._workdir is not None:
             self._workdir.cleanup()
         elif not self._removed:
-            shutil.rmtree(self._path, ignore_errors=True)
+            remove_tree(self._path)
 
     def __enter__(self) -> DeferredWorkdir:
         return self
@@ -323,19 +314,3 @@ class DeferredWorkdir:
         tb: TracebackType | None,
     ) -> None:
         self.cleanup()
-
-
-def chown_tree(root: str, uid: int, gid: int) -> None:
-    """Give ``root`` and everything below it to ``uid:gid``, never following a symbolic link anywhere.
-
-    The tree belongs to a sandbox whose programs may still be running and can swap a directory for a link to any
-    host path between a listing and a chown. A walk by path (``os.walk`` and ``os.chown(join(...))``) resolves every
-    middle component again and would chown the host's files; ``os.fwalk`` holds each directory open and changes its
-    entries through that descriptor, so a swapped name is at worst a link, which is not followed.
-    """
-    with contextlib.suppress(OSError):
-        os.chown(root, uid, gid, follow_symlinks=False)
-    for _, dirs, files, dir_fd in os.fwalk(root, follow_symlinks=False):
-        for name in dirs + files:
-            with contextlib.suppress(OSError):
-                os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)

@@ -1513,7 +1513,89 @@ def _rmtree(root: str) -> bool:
                     pass
             except OSError:
                 pass
+    if os.path.lexists(root):
+        _rmtree_deep(root)
     return not os.path.lexists(root)
+
+
+def _rmtree_deep(root: str) -> None:
+    """What the walk by path left: a tree deeper than ``PATH_MAX``, which a program nests by changing into each
+    directory it makes. Walked the same way, by changing into each directory, so that every name given to the kernel
+    is one component. Safe here: the run's processes are gone (their uid swept), so nothing swaps a directory for a
+    link meanwhile, and the zygote is single-threaded; its working directory is restored."""
+    back = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.chdir(root)
+        frames: list[tuple[str, list[str]]] = [("", _clear_here())]  # (name in the parent, subdirs still to remove)
+        while frames:
+            name, subdirs = frames[-1]
+            if subdirs:
+                sub = subdirs.pop()
+                fd = _open_subdir(sub)
+                if fd < 0:
+                    continue
+                os.fchdir(fd)
+                os.close(fd)
+                frames.append((sub, _clear_here()))
+                continue
+            frames.pop()
+            if frames:
+                os.chdir("..")
+                _retry_fixed(os.rmdir, name)
+    except OSError:
+        pass
+    finally:
+        os.fchdir(back)
+        os.close(back)
+    with contextlib.suppress(OSError):
+        os.rmdir(root)
+
+
+def _clear_here() -> list[str]:
+    """Unlink every non-directory of the working directory; the names of its subdirectories."""
+    try:
+        entries = list(os.scandir("."))
+    except PermissionError:
+        with contextlib.suppress(OSError):
+            os.chmod(".", 0o700)
+        entries = list(os.scandir("."))
+    subdirs = []
+    for entry in entries:
+        try:
+            is_dir = entry.is_dir(follow_symlinks=False)
+        except OSError:
+            is_dir = False
+        if is_dir:
+            subdirs.append(entry.name)
+        else:
+            _retry_fixed(os.unlink, entry.name)
+    return subdirs
+
+
+def _open_subdir(name: str) -> int:
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(name, flags)
+    except PermissionError:
+        try:
+            os.chmod(name, 0o700)  # a directory as listed: no program is left to swap it for a link
+            return os.open(name, flags)
+        except OSError:
+            return -1
+    except OSError:
+        return -1
+
+
+def _retry_fixed(remove: Any, name: str) -> None:
+    """``remove(name)``; on EACCES (a program made the directory read-only), once more after making it writable."""
+    try:
+        remove(name)
+    except PermissionError:
+        with contextlib.suppress(OSError):
+            os.chmod(".", 0o700)
+            remove(name)
+    except OSError:
+        pass
 
 
 def _go(req_id: int) -> None:

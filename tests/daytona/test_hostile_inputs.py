@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from typing import Any
 
 import aiohttp
@@ -118,3 +119,66 @@ def test_a_lone_surrogate_in_a_toolbox_body_is_decoded_as_go_decodes_it(client: 
     executed = client.post(f"/toolbox/{sid}/process/execute", content=body)
     assert executed.status_code == 200, executed.text
     assert executed.json() == {"exitCode": 0, "result": "a\ufffdb"}
+
+
+def _multipart(boundary: str, parts: list[tuple[str, bytes]], close: bool = True) -> bytes:
+    body = b""
+    for name, payload in parts:
+        body += f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'.encode() + payload + b"\r\n"
+    return body + (f"--{boundary}--\r\n".encode() if close else b"")
+
+
+def test_an_upload_whose_payload_holds_the_boundary_is_stored_whole(client: httpx.Client) -> None:
+    """The boundary's bytes inside a payload, not at the start of a line, are payload (RFC 2046)."""
+    sid = _sandbox(client)
+    boundary = "b0undary"
+    data = b"before --b0undary after\n--b0undaryX\nend"
+    body = _multipart(boundary, [("files[0].path", b"kept.bin"), ("files[0].file", data)])
+    headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    uploaded = client.post(f"/toolbox/{sid}/files/bulk-upload", content=body, headers=headers)
+    assert uploaded.status_code == 200, uploaded.text
+    assert client.get(f"/toolbox/{sid}/files/download", params={"path": "kept.bin"}).content == data
+
+
+def test_an_upload_cut_short_writes_nothing(client: httpx.Client) -> None:
+    """No close delimiter: Go's multipart reader fails, the daemon answers 400; no truncated file is written."""
+    sid = _sandbox(client)
+    boundary = "cut"
+    body = _multipart(boundary, [("files[0].path", b"cut.bin"), ("files[0].file", b"0123456789")], close=False)
+    body = body[:-5]  # the connection dropped inside the payload
+    headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    uploaded = client.post(f"/toolbox/{sid}/files/bulk-upload", content=body, headers=headers)
+    assert uploaded.status_code == 400, uploaded.text
+    assert client.get(f"/toolbox/{sid}/files/info", params={"path": "cut.bin"}).status_code == 404
+
+
+def test_a_path_deeper_than_pythons_recursion_limit_is_made(client: httpx.Client) -> None:
+    sid = _sandbox(client)
+    deep = "/".join(["d"] * 1500)  # 3,000 bytes: within PATH_MAX, far past the 1,000 frames os.makedirs would take
+    made = client.post(f"/toolbox/{sid}/files/folder", params={"path": deep, "mode": "750"})
+    assert made.status_code in (200, 201), made.text
+    info = client.get(f"/toolbox/{sid}/files/info", params={"path": deep})
+    assert info.status_code == 200 and info.json()["isDir"] and info.json()["permissions"] == "0750"
+    body = _multipart("deep", [("files[0].path", f"{deep}/e/f.txt".encode()), ("files[0].file", b"deep")])
+    headers = {"Content-Type": "multipart/form-data; boundary=deep"}
+    uploaded = client.post(f"/toolbox/{sid}/files/bulk-upload", content=body, headers=headers)
+    assert uploaded.status_code == 200, uploaded.text
+    assert client.get(f"/toolbox/{sid}/files/download", params={"path": f"{deep}/e/f.txt"}).content == b"deep"
+
+
+def test_a_tree_nested_past_path_max_by_a_program_goes_with_its_sandbox(
+    client: httpx.Client, server: EmulatorServer, api_key: str
+) -> None:
+    """A program nests 3,000 directories in the home (past PATH_MAX and Python's recursion limit): the next run's
+    hand-over of the home and the sandbox's deletion both walk it to the bottom."""
+    sid = _sandbox(client)
+    sandbox = server.emulator.daytona.store.get(sid)
+    nest = "import os\nfor _ in range(3000):\n    os.mkdir('n')\n    os.chdir('n')\nopen('leaf', 'w').write('x')\n"
+
+    nested = asyncio.run(_frames(server, api_key, sid, {"code": nest}))
+    assert not [f for f in nested if isinstance(f, dict) and f.get("type") == "error"], nested
+    after = client.post(f"/toolbox/{sid}/process/execute", json={"command": "test -d n && echo handed over"})
+    assert after.status_code == 200 and after.json() == {"exitCode": 0, "result": "handed over\n"}, after.text
+    root = sandbox.root
+    assert client.delete(f"/api/sandbox/{sid}").status_code == 200
+    assert not os.path.lexists(root)

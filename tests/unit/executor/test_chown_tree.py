@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from emulator.executor.workdir import chown_tree
+from emulator.executor.trees import chown_tree
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="changing a file's owner needs root")
 SANDBOX_UID = 4321
