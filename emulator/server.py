@@ -46,6 +46,10 @@ def _event_loop_name() -> str:
     return "uvloop"
 
 
+#: Seconds a stopping server waits for the requests in flight before it cancels them.
+GRACEFUL_SHUTDOWN_S = 5.0
+
+
 def uvicorn_config(app: Any, host: str, port: int, log_level: str = "warning") -> uvicorn.Config:
     """The uvicorn settings every mode shares: our transport-exposing protocol, no lifespan, quiet logs."""
     return uvicorn.Config(
@@ -59,6 +63,8 @@ def uvicorn_config(app: Any, host: str, port: int, log_level: str = "warning") -
         access_log=False,
         backlog=4096,
         timeout_keep_alive=30,
+        # A request held by an injected latency or hang (up to a day) would otherwise hold SIGTERM off as long.
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
 
 

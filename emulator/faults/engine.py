@@ -32,6 +32,7 @@ from .clock import Clock, RealClock
 from .decision import Admission, Decision, FaultAction, Headers, resolve_fault, retry_after_header
 from .errors import AdmissionError
 from .keyed import keyed_uniform
+from .latency import MAX_DELAY_S
 from .limits import BucketState, CapState, WindowState
 from .log import DecisionLog
 from .plan import ConcurrencyLimit, FaultPlan, FaultSpec, Rule, WindowLimit, route_matches
@@ -414,7 +415,7 @@ class FaultEngine:
             key=key,
             attempt=attempt,
             ordinal=ordinal,
-            latency=latency,
+            latency=min(latency, MAX_DELAY_S),  # the sum of several rules, or a heavy tail's draw
             action=action,
             rule_id=rule_id,
             rules_fired=tuple(fired),

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 __all__ = [
+    "MAX_DELAY_S",
     "Z99",
     "FixedLatency",
     "LatencySpec",
@@ -20,6 +21,10 @@ __all__ = [
     "RampLatency",
     "UniformLatency",
 ]
+
+#: The longest delay a plan may inject (a latency, a hang, their sum for one request): one day. Longer is no fault a
+#: client could wait out, and near 1e9 s the event loop's timers overflow.
+MAX_DELAY_S = 86_400.0
 
 # 99th percentile of the standard normal; used to turn (p50, p99) into (mu, sigma).
 Z99 = NormalDist().inv_cdf(0.99)

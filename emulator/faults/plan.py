@@ -20,7 +20,15 @@ from typing import Any, Literal, cast
 import yaml
 
 from .errors import FaultPlanError
-from .latency import FixedLatency, LatencySpec, LognormalLatency, ParetoLatency, RampLatency, UniformLatency
+from .latency import (
+    MAX_DELAY_S,
+    FixedLatency,
+    LatencySpec,
+    LognormalLatency,
+    ParetoLatency,
+    RampLatency,
+    UniformLatency,
+)
 
 __all__ = [
     "FAULT_KINDS",
@@ -418,6 +426,14 @@ def _number(value: object, path: str, *, minimum: float = 0.0, positive: bool = 
     return f
 
 
+def _delay(value: object, path: str, *, positive: bool = False) -> float:
+    """Seconds to wait: a finite number >= 0 (> 0 with ``positive``), at most :data:`MAX_DELAY_S`."""
+    f = _number(value, path, positive=positive)
+    if f > MAX_DELAY_S:
+        raise FaultPlanError(path, f"expected at most {MAX_DELAY_S:g} seconds (one day), got {value}")
+    return f
+
+
 def _str(value: object, path: str, *, nonempty: bool = True) -> str:
     if not isinstance(value, str):
         raise _fail(path, "a string", value)
@@ -511,7 +527,7 @@ _LATENCY_KINDS = ("fixed", "uniform", "lognormal", "pareto", "ramp")
 def parse_latency(value: object, path: str) -> LatencySpec:
     """Parse a bare number (fixed seconds) or ``{fixed|uniform|lognormal|pareto|ramp: ...}``."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return FixedLatency(_number(value, path))
+        return FixedLatency(_delay(value, path))
     m = _mapping(value, path)
     _check_keys(m, _LATENCY_KINDS, path)
     if len(m) != 1:
@@ -519,14 +535,14 @@ def parse_latency(value: object, path: str) -> LatencySpec:
     kind, arg = next(iter(m.items()))
     sub = f"{path}.{kind}"
     if kind == "fixed":
-        return FixedLatency(_number(arg, sub))
+        return FixedLatency(_delay(arg, sub))
     if kind == "uniform":
         if isinstance(arg, Mapping):
             am = _mapping(arg, sub)
             _check_keys(am, ("low", "high"), sub, required=("low", "high"))
-            low, high = _number(am["low"], f"{sub}.low"), _number(am["high"], f"{sub}.high")
+            low, high = _delay(am["low"], f"{sub}.low"), _delay(am["high"], f"{sub}.high")
         elif isinstance(arg, (list, tuple)) and len(arg) == 2:
-            low, high = _number(arg[0], f"{sub}[0]"), _number(arg[1], f"{sub}[1]")
+            low, high = _delay(arg[0], f"{sub}[0]"), _delay(arg[1], f"{sub}[1]")
         else:
             raise _fail(sub, "[low, high]", arg)
         if high < low:
@@ -537,15 +553,15 @@ def parse_latency(value: object, path: str) -> LatencySpec:
         return _parse_ramp(am, sub)
     if kind == "lognormal":
         _check_keys(am, ("p50", "p99"), sub, required=("p50", "p99"))
-        p50 = _number(am["p50"], f"{sub}.p50", positive=True)
-        p99 = _number(am["p99"], f"{sub}.p99", positive=True)
+        p50 = _delay(am["p50"], f"{sub}.p50", positive=True)
+        p99 = _delay(am["p99"], f"{sub}.p99", positive=True)
         if p99 < p50:
             raise FaultPlanError(sub, f"p99 ({p99}) must be >= p50 ({p50})")
         return LognormalLatency(p50, p99)
     _check_keys(am, ("scale", "alpha", "cap"), sub, required=("scale", "alpha"))
-    scale = _number(am["scale"], f"{sub}.scale", positive=True)
+    scale = _delay(am["scale"], f"{sub}.scale", positive=True)
     alpha = _number(am["alpha"], f"{sub}.alpha", positive=True)
-    cap = None if am.get("cap") is None else _number(am["cap"], f"{sub}.cap", positive=True)
+    cap = None if am.get("cap") is None else _delay(am["cap"], f"{sub}.cap", positive=True)
     if cap is not None and cap < scale:
         raise FaultPlanError(f"{sub}.cap", f"cap ({cap}) must be >= scale ({scale})")
     return ParetoLatency(scale, alpha, cap)
@@ -557,8 +573,8 @@ def _parse_ramp(m: Mapping[str, Any], path: str) -> RampLatency:
     if jitter > 1.0:
         raise FaultPlanError(f"{path}.jitter", f"expected a fraction in [0, 1], got {jitter}")
     return RampLatency(
-        start_value=_number(m["from"], f"{path}.from"),
-        end_value=_number(m["to"], f"{path}.to"),
+        start_value=_delay(m["from"], f"{path}.from"),
+        end_value=_delay(m["to"], f"{path}.to"),
         over=_number(m["over"], f"{path}.over", positive=True),
         start=0.0 if m.get("start") is None else _number(m["start"], f"{path}.start"),
         jitter=jitter,
@@ -584,7 +600,7 @@ def _parse_overload(value: object, path: str) -> OverloadSpec:
     m = _mapping(value, path)
     _check_keys(m, _OVERLOAD_KEYS, path, required=("capacity",))
     latency = (
-        0.0 if m.get("latency_per_excess") is None else _number(m["latency_per_excess"], f"{path}.latency_per_excess")
+        0.0 if m.get("latency_per_excess") is None else _delay(m["latency_per_excess"], f"{path}.latency_per_excess")
     )
     p = 0.0 if m.get("p429_per_excess") is None else _probability(m["p429_per_excess"], f"{path}.p429_per_excess")
     cap = 1.0 if m.get("max_probability") is None else _probability(m["max_probability"], f"{path}.max_probability")
@@ -650,10 +666,10 @@ def _parse_fault(value: object, path: str) -> FaultSpec:
         return FaultSpec("status", status=_status(arg, sub), retry_after=retry_after, body=body, headers=headers)
     if kind == "hang":
         if isinstance(arg, (int, float)) and not isinstance(arg, bool):
-            return FaultSpec("hang", status=504, hang_seconds=_number(arg, sub), body=body, headers=headers)
+            return FaultSpec("hang", status=504, hang_seconds=_delay(arg, sub), body=body, headers=headers)
         am = _mapping(arg, sub)
         _check_keys(am, ("seconds", "then"), sub, required=("seconds",))
-        seconds = _number(am["seconds"], f"{sub}.seconds")
+        seconds = _delay(am["seconds"], f"{sub}.seconds")
         then = am.get("then", 504)
         if then == "reset":
             return FaultSpec("hang", hang_seconds=seconds, then_reset=True, body=body, headers=headers)

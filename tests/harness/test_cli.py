@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import requests
@@ -134,3 +136,25 @@ def test_bench_throughput_runs_end_to_end_with_either_client(tmp_path: Path) -> 
     assert _run("bench-throughput", "--client", "httpx").returncode == 2
     negative = _run("bench-throughput", "--requests", "-5")
     assert negative.returncode == 2 and "--requests" in negative.stderr and "Traceback" not in negative.stderr
+
+
+def test_serve_stops_on_sigterm_with_a_request_held_by_a_latency(tmp_path: Path) -> None:
+    """A request held by an injected hour of latency no longer holds SIGTERM off for that hour: the server waits a
+    few seconds for the requests in flight, then cancels them and exits."""
+    plan = tmp_path / "slow.yaml"
+    plan.write_text("rules:\n  - route: sandbox_fusion.run_code\n    latency: 3600\n")
+    proc = _serve("--faults", str(plan))
+    try:
+        base = _base(proc)
+        held = subprocess.Popen(
+            [sys.executable, "-c", f"import requests; requests.post({base + '/run_code'!r}, json={{'code': '1'}})"],
+            stderr=subprocess.DEVNULL,
+        )
+        while requests.get(base + "/_emulator/stats", timeout=10).json()["in_flight"] < 1:
+            time.sleep(0.05)  # another process: poll until the held request has arrived
+        proc.terminate()
+        assert proc.wait(timeout=120) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once it has stopped
+        assert held.wait(timeout=60) != 0  # its connection was closed without an answer
+    finally:
+        proc.kill()
+        proc.wait()

@@ -295,3 +295,15 @@ def test_attempts_are_counted_for_the_most_recent_keys_only() -> None:
     assert engine.decide(route, "a").attempt == 3
     with pytest.raises(ValueError, match="max_keys"):
         FaultEngine(max_keys=0)
+
+
+def test_one_requests_delay_is_at_most_a_day() -> None:
+    """Each rule's latency is within a day, but two add up, and a heavy tail without a cap draws more: the decision
+    holds at most a day (the event loop's timers overflow near 1e9 s)."""
+    plan = {
+        "rules": [
+            {"route": RC, "latency": 60_000},
+            {"route": RC, "latency": {"pareto": {"scale": 80_000, "alpha": 1}}},
+        ]
+    }
+    assert [_engine(plan).decide(RC, f"k{i}").latency for i in range(3)] == [86_400.0] * 3

@@ -172,6 +172,21 @@ BAD_PLANS: list[tuple[Any, str, str]] = [
     ({"limits": [{"rate": 1, "burst": 1, "headers_style": "nestjs"}]}, "limits[0].headers_style", "daytona"),
     ({"limits": [{"max_in_flight": 1, "rate_limit": 1}]}, "limits[0].rate_limit", "unknown key"),
     ({"limits": [{"name": "a", "max_in_flight": 1}, {"name": "a", "rate": 1, "burst": 1}]}, "limits[1].name", "dup"),
+    # Delays beyond a day: no client waits them out, and near 1e9 s the event loop's timers overflow.
+    ({"rules": [{"route": "*", "latency": 1e308}]}, "rules[0].latency", "at most 86400 seconds"),
+    ({"rules": [{"route": "*", "latency": {"uniform": [0, 90000]}}]}, "rules[0].latency.uniform[1]", "at most"),
+    (
+        {"rules": [{"route": "*", "latency": {"pareto": {"scale": 1, "alpha": 2, "cap": 1e9}}}]},
+        "rules[0].latency.pareto.cap",
+        "at",
+    ),
+    ({"rules": [{"route": "*", "fault": {"hang": 1e12}}]}, "rules[0].fault.hang", "at most"),
+    ({"rules": [{"route": "*", "fault": {"hang": {"seconds": 86401}}}]}, "rules[0].fault.hang.seconds", "at most"),
+    (
+        {"rules": [{"route": "*", "overload": {"capacity": 1, "latency_per_excess": 1e6}}]},
+        "rules[0].overload.latency_per_excess",
+        "at",
+    ),
 ]
 
 
