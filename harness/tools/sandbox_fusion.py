@@ -21,11 +21,12 @@ cancel-safe and leased), and per tool object otherwise (the ``local`` fallback, 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from uuid import uuid4
 
@@ -330,9 +331,23 @@ def limiter_settings(
     ):
         raise ValueError(f"rate_limiter.redis_url must be a redis://, rediss:// or unix:// URL, got {redis_url!r}")
     spec.setdefault("limit", rate_limit)
+    named = "name" in spec
     spec.setdefault("name", f"{default_prefix}-{spec['limit']}")
     try:
         limiter_config = LimiterConfig.from_mapping(spec)
     except (TypeError, RuntimeError) as exc:  # LimiterConfigError; keep the tool's ValueError contract
         raise ValueError(f"tool config rate_limiter: {exc}") from None
+    if not named:
+        limiter_config = replace(limiter_config, name=_default_name(limiter_config))
     return backend, limiter_config, options
+
+
+def _default_name(config: LimiterConfig) -> str:
+    """``<prefix>-<limit>`` for a plain cap (what every tool with that ``rate_limit`` shares); with a rate, a lease or
+    adaptive mode of its own, a suffix from those settings, so that two tools that set them differently get two
+    limiters rather than a config clash on one name."""
+    plain = LimiterConfig(name=config.name, limit=config.limit)
+    if config == plain:
+        return config.name
+    settings = json.dumps(config.to_dict(), sort_keys=True).encode()
+    return f"{config.name}-{hashlib.blake2b(settings, digest_size=4).hexdigest()}"

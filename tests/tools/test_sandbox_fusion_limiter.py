@@ -57,6 +57,20 @@ def test_old_keys_give_a_cluster_wide_cap_under_ray(
     assert (backend, config.name, config.limit) == ("auto", "sandbox-fusion-7", 7)
 
 
+def test_default_names_part_tools_whose_limiter_settings_differ() -> None:
+    """Without a ``name``, tools with the same ``rate_limit`` share ``sandbox-fusion-<limit>`` only when nothing else
+    is set; other settings get a name of their own (equal settings, equal names), not a config clash on one name."""
+
+    def name(spec: dict[str, Any]) -> str:
+        return limiter_settings({"rate_limit": 4, "rate_limiter": spec}, 4)[1].name
+
+    assert name({}) == name({"backend": "ray"}) == name({"limit": 4}) == "sandbox-fusion-4"
+    adaptive, paced = name({"adaptive": True}), name({"rate_per_second": 5})
+    assert len({"sandbox-fusion-4", adaptive, paced, name({"rate_per_second": 6})}) == 4
+    assert adaptive.startswith("sandbox-fusion-4-") and paced == name({"rate_per_second": 5.0, "backend": "local"})
+    assert name({"name": "mine", "adaptive": True}) == "mine"
+
+
 def test_local_fallback_without_ray(
     sandbox_fusion_url: str,
     emulator_journal: Journal,
