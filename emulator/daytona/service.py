@@ -480,8 +480,10 @@ class DaytonaService:
 
     async def _tb_toolbox_files_delete(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         path = request.query_params.get("path", "")
-        recursive = request.query_params.get("recursive", "false").lower() == "true"
-        delete_path(resolve(sandbox, path), recursive)
+        if not path:
+            raise ApiError(400, "path is required")
+        recursive = request.query_params.get("recursive") == "true"  # the daemon compares the string as given
+        delete_path(resolve(sandbox, path), recursive, path)
         return Response(status_code=204)
 
     async def _tb_toolbox_files_folder(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:

@@ -11,13 +11,14 @@ import asyncio
 import contextlib
 import os
 import shlex
-import shutil
+import stat
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from emulator.executor import ExecutionRequest, ExecutionResult, Executor
+from emulator.executor.trees import remove_tree
 
 from .errors import ApiError
 from .files import is_dir, resolve, write_text
@@ -238,14 +239,20 @@ class Toolbox:
         return {"output": command.stdout + command.stderr, "stdout": command.stdout, "stderr": command.stderr}
 
 
-def delete_path(target: str, recursive: bool) -> None:
+def delete_path(target: str, recursive: bool, shown: str) -> None:
+    """``DELETE /files`` as the daemon does it: the path is looked up following links (a missing one is 404
+    ``FILE_NOT_FOUND``), a directory needs ``recursive`` (even an empty one), and a recursive delete removes a link
+    itself, never what it leads to. ``shown`` is the request's path, for the messages."""
+    try:
+        info = os.stat(target)
+    except FileNotFoundError:
+        raise ApiError(404, f"stat {shown}: no such file or directory", "FILE_NOT_FOUND") from None
+    except PermissionError:
+        raise ApiError(403, f"stat {shown}: permission denied", "FILE_ACCESS_DENIED") from None
+    if stat.S_ISDIR(info.st_mode) and not recursive:
+        raise ApiError(400, "cannot delete directory without recursive flag")
     if os.path.isdir(target) and not os.path.islink(target):
-        if not recursive:
-            try:
-                os.rmdir(target)
-            except OSError as exc:
-                raise ApiError(400, f"directory is not empty: {exc}") from None
-            return
-        shutil.rmtree(target)
+        if not remove_tree(target):
+            raise ApiError(400, f"unlinkat {shown}: directory not empty")
     else:
         os.unlink(target)

@@ -182,3 +182,24 @@ def test_a_tree_nested_past_path_max_by_a_program_goes_with_its_sandbox(
     root = sandbox.root
     assert client.delete(f"/api/sandbox/{sid}").status_code == 200
     assert not os.path.lexists(root)
+
+
+def test_delete_answers_as_the_daemon_does(client: httpx.Client) -> None:
+    """``DELETE /files``: no path is a 400; a missing path a 404 ``FILE_NOT_FOUND``; any directory, even an empty
+    one, needs ``recursive=true`` (compared as given, as the daemon does)."""
+    sid = _sandbox(client)
+    tb = f"/toolbox/{sid}"
+    assert client.post(tb + "/files/folder", params={"path": "empty"}).status_code in (200, 201)
+    missing = client.delete(tb + "/files", params={"path": "nothing-here"})
+    assert (missing.status_code, missing.json()["code"]) == (404, "FILE_NOT_FOUND")
+    assert "nothing-here" in missing.json()["message"] and "/tmp" not in missing.json()["message"]
+    assert client.delete(tb + "/files", params={"path": ""}).json()["message"] == "path is required"
+    for flag in (None, "True", "1"):
+        params = {"path": "empty"} if flag is None else {"path": "empty", "recursive": flag}
+        refused = client.delete(tb + "/files", params=params)
+        assert (refused.status_code, refused.json()["message"]) == (
+            400,
+            "cannot delete directory without recursive flag",
+        )
+    assert client.delete(tb + "/files", params={"path": "empty", "recursive": "true"}).status_code == 204
+    assert client.get(tb + "/files/info", params={"path": "empty"}).status_code == 404

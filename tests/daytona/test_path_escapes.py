@@ -82,5 +82,10 @@ def test_a_link_pointing_out_is_not_followed_but_inner_links_work(client: httpx.
     assert written.status_code == 200, written.text
     assert client.get(tb + "/files/download", params={"path": "b/c/x.txt"}).content == b"inner"
     assert client.get(tb + "/files/download", params={"path": "a/../c/x.txt"}).content == b"inner"  # b/c/.. is b
-    assert client.delete(tb + "/files", params={"path": "a"}).status_code == 204  # the link itself
+    # The daemon looks the path up following the link: a directory, so it wants the recursive flag; then it removes
+    # the link itself (Go's RemoveAll), never what the link leads to.
+    refused = client.delete(tb + "/files", params={"path": "a"})
+    assert refused.status_code == 400 and refused.json()["message"] == "cannot delete directory without recursive flag"
+    assert client.delete(tb + "/files", params={"path": "a", "recursive": "true"}).status_code == 204
+    assert client.get(tb + "/files/info", params={"path": "a"}).status_code == 404
     assert client.get(tb + "/files/download", params={"path": "b/c/x.txt"}).content == b"inner"
