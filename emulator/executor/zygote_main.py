@@ -1377,16 +1377,20 @@ def _resolve(real: str, rel: str) -> str | None:
 
 
 def _read_file(path: str, rel: str) -> bytes | None:
-    """Workdir.read_file: contents of a regular file inside the dir, None otherwise."""
+    """Workdir.read_file: contents of a regular file inside the dir, None otherwise.
+
+    The program may have put a link in the dir's place, or a link for any directory inside it (before it ended, or
+    from a process it left, while we read): the dir's own name is never followed (its parent, the temp root, is
+    not the program's), and the file is opened one component at a time, none of them a link."""
+    real = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
     try:
-        target = _resolve(os.path.realpath(path), rel)
+        target = _resolve(real, rel)
     except (OSError, ValueError):
         return None
     if target is None:
         return None
-    try:
-        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except (OSError, ValueError):
+    fd = _open_beneath(real, os.path.relpath(target, real))
+    if fd < 0:
         return None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -1404,13 +1408,48 @@ def _read_file(path: str, rel: str) -> bytes | None:
         os.close(fd)
 
 
-def _remove_workdir(path: str, created: list[str]) -> bool:
-    """Remove the work dir: what we created first (usually all there is), else a full walk."""
-    for target in created:
+def _open_beneath(root: str, rel: str) -> int:
+    """``root/rel`` opened for reading, no component (``root``'s own name included) a link; -1 otherwise."""
+    try:
+        fd = os.open(root, _DIR_NOFOLLOW)
+    except OSError:
+        return -1
+    parts = rel.split(os.sep)
+    for index, part in enumerate(parts):
+        last = index == len(parts) - 1
+        flags = (os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC) if last else _DIR_NOFOLLOW
         try:
-            os.unlink(target)
-        except OSError:
-            break
+            inner = os.open(part, flags, dir_fd=fd)
+        except (OSError, ValueError):
+            inner = -1
+        os.close(fd)
+        if inner < 0:
+            return -1
+        fd = inner
+    return fd
+
+
+def _remove_workdir(path: str, created: list[str]) -> bool:
+    """Remove the work dir: what we created first (usually all there is), else a full walk. Names are removed
+    through the dir's descriptor, opened without following a link: a program that put a link in the dir's place
+    gets its link removed, never what it leads to."""
+    try:
+        fd = os.open(path, _DIR_NOFOLLOW)
+    except OSError:
+        fd = -1
+    if fd >= 0:
+        try:
+            prefix = path + os.sep
+            for target in created:
+                name = target[len(prefix) :] if target.startswith(prefix) else ""
+                if not name or os.sep in name:
+                    break  # a file in a subdirectory: the walk below
+                try:
+                    os.unlink(name, dir_fd=fd)
+                except OSError:
+                    break
+        finally:
+            os.close(fd)
     try:
         os.rmdir(path)
         return True
@@ -1475,67 +1514,79 @@ def _sweep_due(now: float) -> None:
     _sweep_private_tmp(_State.sweep_root, keep, time.time() - age)
 
 
+#: A directory opened without following a link (``O_NOFOLLOW`` fails on a link, ``O_DIRECTORY`` on anything else).
+_DIR_NOFOLLOW = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def _rmtree(root: str) -> bool:
-    """Remove a tree (iteratively, never following links), fixing permissions on the way."""
-    stack = [(root, False)]
-    while stack:
-        path, listed = stack.pop()
-        if listed:
+    """Remove a tree, fixing permissions on the way, never following a link, at any depth.
+
+    A program can put a link in the place of the tree or of any directory in it (before it ends, or from a
+    process that outlives it), and can nest directories past ``PATH_MAX``. So nothing here goes by a path: each
+    directory is opened by one name without following a link and made the working directory (the zygote is
+    single-threaded; its own is restored), and entries are removed by name. A link is removed, never followed."""
+    parent, name = os.path.split(root.rstrip(os.sep))
+    try:
+        parent_fd = os.open(parent or os.sep, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return not os.path.lexists(root)
+    try:
+        fd = _open_dir_at(name, parent_fd)
+        if fd < 0:
             with contextlib.suppress(OSError):
-                os.rmdir(path)
-            continue
-        try:
-            entries = list(os.scandir(path))
-        except PermissionError:
-            try:
-                os.chmod(path, 0o700)
-                entries = list(os.scandir(path))
-            except OSError:
-                continue
-        except OSError:
-            continue
-        stack.append((path, True))
-        for entry in entries:
-            try:
-                is_dir = entry.is_dir(follow_symlinks=False)
-            except OSError:
-                is_dir = False
-            if is_dir:
-                stack.append((entry.path, False))
-                continue
-            try:
-                os.unlink(entry.path)
-            except PermissionError:
-                try:
-                    os.chmod(path, 0o700)
-                    os.unlink(entry.path)
-                except OSError:
-                    pass
-            except OSError:
-                pass
-    if os.path.lexists(root):
-        _rmtree_deep(root)
+                os.unlink(name, dir_fd=parent_fd)  # a file, or the link a program left in the tree's place
+        else:
+            _clear_tree(fd)
+            with contextlib.suppress(OSError):
+                os.rmdir(name, dir_fd=parent_fd)
+    finally:
+        os.close(parent_fd)
     return not os.path.lexists(root)
 
 
-def _rmtree_deep(root: str) -> None:
-    """What the walk by path left: a tree deeper than ``PATH_MAX``, which a program nests by changing into each
-    directory it makes. Walked the same way, by changing into each directory, so that every name given to the kernel
-    is one component. Safe here: the run's processes are gone (their uid swept), so nothing swaps a directory for a
-    link meanwhile, and the zygote is single-threaded; its working directory is restored."""
+def _open_dir_at(name: str, dir_fd: int | None) -> int:
+    """The directory ``name`` (in ``dir_fd``, or the working directory) opened without following a link, made
+    searchable first where a program took that away; -1 when it is no directory or cannot be opened."""
+    try:
+        return os.open(name, _DIR_NOFOLLOW, dir_fd=dir_fd)
+    except PermissionError:
+        pass
+    except OSError:
+        return -1
+    try:
+        handle = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return -1
+    try:
+        if not stat.S_ISDIR(os.fstat(handle).st_mode):
+            return -1
+        # Through the handle: the directory it holds, whatever now stands at its name.
+        held = f"/proc/self/fd/{handle}"
+        os.chmod(held, 0o700)
+        return os.open(held, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return -1
+    finally:
+        os.close(handle)
+
+
+def _clear_tree(fd: int) -> None:
+    """Empty the directory ``fd`` (taken over and closed): each level entered in turn, its entries removed by name."""
     back = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        os.chdir(root)
+        os.fchdir(fd)
+        os.close(fd)
         frames: list[tuple[str, list[str]]] = [("", _clear_here())]  # (name in the parent, subdirs still to remove)
         while frames:
             name, subdirs = frames[-1]
             if subdirs:
                 sub = subdirs.pop()
-                fd = _open_subdir(sub)
-                if fd < 0:
+                child = _open_dir_at(sub, None)
+                if child < 0:
+                    _retry_fixed(os.unlink, sub)  # no longer a directory (a link put in its place): the name goes
                     continue
-                os.fchdir(fd)
-                os.close(fd)
+                os.fchdir(child)
+                os.close(child)
                 frames.append((sub, _clear_here()))
                 continue
             frames.pop()
@@ -1547,8 +1598,6 @@ def _rmtree_deep(root: str) -> None:
     finally:
         os.fchdir(back)
         os.close(back)
-    with contextlib.suppress(OSError):
-        os.rmdir(root)
 
 
 def _clear_here() -> list[str]:
@@ -1572,22 +1621,8 @@ def _clear_here() -> list[str]:
     return subdirs
 
 
-def _open_subdir(name: str) -> int:
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        return os.open(name, flags)
-    except PermissionError:
-        try:
-            os.chmod(name, 0o700)  # a directory as listed: no program is left to swap it for a link
-            return os.open(name, flags)
-        except OSError:
-            return -1
-    except OSError:
-        return -1
-
-
 def _retry_fixed(remove: Any, name: str) -> None:
-    """``remove(name)``; on EACCES (a program made the directory read-only), once more after making it writable."""
+    """``remove(name)``; on EACCES (a program made the working directory read-only), once more after fixing that."""
     try:
         remove(name)
     except PermissionError:
