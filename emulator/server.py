@@ -47,7 +47,7 @@ def _event_loop_name() -> str:
 
 
 #: Seconds a stopping server waits for the requests in flight before it cancels them.
-GRACEFUL_SHUTDOWN_S = 5.0
+GRACEFUL_SHUTDOWN_S = 5
 
 
 def uvicorn_config(app: Any, host: str, port: int, log_level: str = "warning") -> uvicorn.Config:

@@ -14,6 +14,8 @@ Stdlib only: this file runs under the sandbox's runtime interpreter, as the sand
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import json
 import os
 import resource
@@ -86,12 +88,52 @@ class _Commands:
         return True
 
 
+_PR_SET_DUMPABLE = 4
+_PR_SET_KEEPCAPS = 8
+_PR_CAPBSET_DROP = 24
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_RAISE = 2
+_CAP_DAC_READ_SEARCH = 2
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def _become(uid: int, gid: int) -> None:
+    """Drop to the sandbox uid as the executor's programs do: with ``CAP_DAC_READ_SEARCH`` alone, in the bounding
+    set too and handed on to what the code runs (the runtime Python may live where only root looks, such as
+    ``/root/.pyenv``: without it the code could import only what was loaded before the drop, not ``fractions`` or
+    ``numpy``), no new privileges, and dumpable, as an exec'd program is (``/proc/self`` is the code's own)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in range(64):
+        if cap != _CAP_DAC_READ_SEARCH and libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            if ctypes.get_errno() == errno.EINVAL:
+                break  # past the last capability the kernel knows
+            raise OSError(ctypes.get_errno(), "PR_CAPBSET_DROP")
+    for option, value in ((_PR_SET_KEEPCAPS, 1), (_PR_SET_NO_NEW_PRIVS, 1)):
+        if libc.prctl(option, value, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), f"prctl {option}")
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    data = (Data * 2)()
+    data[0].effective = data[0].permitted = data[0].inheritable = 1 << _CAP_DAC_READ_SEARCH
+    if libc.capset(ctypes.byref(Header(_LINUX_CAPABILITY_VERSION_3, 0)), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE, _CAP_DAC_READ_SEARCH, 0, 0)  # best effort (Linux 4.3+)
+    libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
+
+
 def main() -> None:
     _apply_limits(json.loads(sys.argv[1]))
     if sys.argv[2] != "-":
-        os.setgroups([])
-        os.setgid(int(sys.argv[3]))
-        os.setuid(int(sys.argv[2]))
+        _become(int(sys.argv[2]), int(sys.argv[3]))
     commands = _Commands(os.dup(0))
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)

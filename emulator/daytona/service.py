@@ -642,7 +642,7 @@ async def _leaves_before(websocket: WebSocket, deadline: float) -> bool:
 
 def _adopt_home(sandbox: Sandbox, executor: Executor) -> None:
     """Make the sandbox's home one of ``executor``'s work dirs, moving the old home's contents there."""
-    fresh = executor.workdir()
+    fresh = executor.workdir(nested=True)  # its program owns it: never where it could rename it
     old = sandbox.home_dir
     if old is not None and os.path.isdir(old.path):
         os.rmdir(fresh.path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import fcntl
 import logging
@@ -171,6 +172,7 @@ class Executor:
         self._ready = 0  # runs waiting through a start gate, forked and set up (see _take_start_gate)
         self._uid_slots: asyncio.Semaphore | None = None
         self._workdirs: set[str] = set()
+        self._nest: str | None = None
         runtime_bin = os.path.dirname(os.path.abspath(self.config.python))
         self._path_env = f"{runtime_bin}:{_SYSTEM_PATH}"
         self._zygote: Zygote | None = None
@@ -184,11 +186,30 @@ class Executor:
             return None
         return range(self._uid_base, self._uid_base + max(self.config.sandbox_uid_count, 1))
 
-    def workdir(self) -> Workdir:
-        """A fresh per-execution dir (context manager); handed to the sandbox uid on each run."""
-        workdir = Workdir(self.config.temp_root, None, on_cleanup=self._workdirs.discard)
+    def workdir(self, *, nested: bool = False) -> Workdir:
+        """A fresh per-execution dir (context manager); handed to the sandbox uid on each run.
+
+        ``nested``: in a directory of the temp root that only root may change (mode 711), not in the temp root
+        itself. For a long-lived dir such as a Daytona sandbox's home: its programs own the dir, and in the
+        world-writable temp root they could rename it and put a link in its place, which the file API (root) and
+        the clean-up would then follow. A name of the temp root itself is kept for one-shot runs, whose paths show
+        in their output as the real service's ``/tmp/tmpXXXXXXXX``."""
+        root = self._nest_dir() if nested else self.config.temp_root
+        workdir = Workdir(root, None, on_cleanup=self._forget_workdir)
         self._workdirs.add(os.path.realpath(workdir.path))
         return workdir
+
+    def _nest_dir(self) -> str:
+        if self._nest is None or not os.path.isdir(self._nest):
+            self._nest = tempfile.mkdtemp(prefix="sandbox-emulator-homes-", dir=self.config.temp_root)
+            os.chmod(self._nest, 0o711)  # searchable, so a program reaches its own home; not listable, not writable
+        return self._nest
+
+    def _forget_workdir(self, real: str) -> None:
+        self._workdirs.discard(real)
+        if self._closed and self._nest is not None and os.path.dirname(real) == os.path.realpath(self._nest):
+            with contextlib.suppress(OSError):
+                os.rmdir(self._nest)  # the last home left a closed executor's nest
 
     def _hand_over(self, cwd: str, uid: int, gid: int) -> None:
         """Chown one of our work dirs (recursively) to the uid of the coming execution."""
@@ -250,6 +271,9 @@ class Executor:
         if self._uid_lock is not None:
             os.close(self._uid_lock)
             self._uid_lock = None
+        if self._nest is not None:
+            with contextlib.suppress(OSError):
+                os.rmdir(self._nest)  # empty unless homes still live there (they leave with their sandboxes)
 
     async def __aenter__(self) -> Executor:
         await self.start()

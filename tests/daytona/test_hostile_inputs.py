@@ -203,3 +203,15 @@ def test_delete_answers_as_the_daemon_does(client: httpx.Client) -> None:
         )
     assert client.delete(tb + "/files", params={"path": "empty", "recursive": "true"}).status_code == 204
     assert client.get(tb + "/files/info", params={"path": "empty"}).status_code == 404
+
+
+def test_an_interpreter_context_imports_what_its_start_did_not_load(
+    client: httpx.Client, server: EmulatorServer, api_key: str
+) -> None:
+    """The context drops to the sandbox uid as the executor's programs do, keeping ``CAP_DAC_READ_SEARCH``: the
+    runtime Python may live where only root looks (``/root/.pyenv``), and without it ``import fractions`` failed
+    there once the context had started. It still cannot write where root could."""
+    sid = _sandbox(client)
+    code = "import fractions, statistics, os\nprint(fractions.Fraction(1, 3) + 1, os.access('/etc', os.W_OK))"
+    frames = asyncio.run(_frames(server, api_key, sid, {"code": code}))
+    assert {"type": "stdout", "text": "4/3 False\n"} in frames, frames
