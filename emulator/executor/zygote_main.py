@@ -1343,9 +1343,13 @@ def _complete(child: _Child) -> None:
     removed = False
     if workdir is not None:
         path = workdir["path"]
+        room = _FETCH_LIMIT
         for rel in workdir["fetch"]:
-            data = _read_file(path, rel)
+            if rel in fetched:
+                continue  # a name asked for twice is sent once
+            data = _read_file(path, rel, room)
             if data is not None:
+                room -= len(data)
                 fetched[rel] = len(blobs)
                 blobs.append(data)
         removed = _remove_workdir(path, workdir["files"])
@@ -1376,7 +1380,11 @@ def _resolve(real: str, rel: str) -> str | None:
     return target
 
 
-def _read_file(path: str, rel: str) -> bytes | None:
+#: The most bytes of fetched files one run sends back: a frame's length is 32 bits, and the executor holds them all.
+_FETCH_LIMIT = 1 << 30
+
+
+def _read_file(path: str, rel: str, room: int = _FETCH_LIMIT) -> bytes | None:
     """Workdir.read_file: contents of a regular file inside the dir, None otherwise.
 
     The program may have put a link in the dir's place, or a link for any directory inside it (before it ended, or
@@ -1393,15 +1401,18 @@ def _read_file(path: str, rel: str) -> bytes | None:
     if fd < 0:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        chunks = []
-        while True:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > room:
+            return None  # past what is left of the run's room: left out, as a file that is not there
+        chunks: list[bytes] = []
+        size = 0
+        while size <= room:
             chunk = os.read(fd, 1 << 20)
             if not chunk:
-                break
+                return b"".join(chunks)
             chunks.append(chunk)
-        return b"".join(chunks)
+            size += len(chunk)
+        return None  # it grew past the room while we read (a process the program left writes on)
     except OSError:
         return None
     finally:
@@ -2165,7 +2176,9 @@ def _learn(regions: list[tuple[int, int]], page: mmap.mmap) -> None:
 def _take_lesson(regions: list[tuple[int, int]], page: mmap.mmap) -> None:
     """At a sampled child's reap: its pages, and those it shares with the previous sample become the hot ones."""
     magic, count = _LEARN_HDR.unpack_from(page, 8)
-    if magic != _LEARN_MAGIC:
+    # The page is shared with the child, whose program can write it (it reaches our frames): trust nothing in it but
+    # bits within the regions we sampled.
+    if magic != _LEARN_MAGIC or count != sum(length for _start, length in regions) or 16 + (count + 7) // 8 > len(page):
         return
     bits = page[16 : 16 + (count + 7) // 8]
     pages: set[int] = set()

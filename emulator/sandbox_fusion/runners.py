@@ -140,7 +140,7 @@ def restore_files(workdir: Workdir | DeferredWorkdir, files: dict[str, str | Non
 def collect_files(workdir: Workdir | DeferredWorkdir, names: list[str]) -> dict[str, str]:
     """Base64 of each requested file that exists; missing ones are silently omitted, as upstream."""
     fetched: dict[str, str] = {}
-    for name in names:
+    for name in dict.fromkeys(names):
         data = workdir.read_file(name)
         if data is not None:
             fetched[name] = base64.b64encode(data).decode("ascii")
@@ -246,7 +246,7 @@ class CodeRunner:
                 argv = [self._python, code_path] if is_python else [BASH, "-c", spec.run.format(**fields)]
                 setup = None
                 if isinstance(workdir, DeferredWorkdir):
-                    workdir.fetch = list(request.fetch_files)
+                    workdir.fetch = list(dict.fromkeys(request.fetch_files))  # each name read and sent once
                     setup = workdir.setup()
                 result = await self._executor.run(
                     ExecutionRequest(
