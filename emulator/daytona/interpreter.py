@@ -363,7 +363,17 @@ class Interpreters:
                     }
                     self._stop(context)
                     return
-                reply = json.loads(rest)
+                reply = _reply(rest)
+                if reply is None:
+                    # The code wrote the end marker itself (it can read the nonce from its frames) and then no reply
+                    # of ours: the streams no longer line up with the runs. The context starts afresh.
+                    outcome.error = {
+                        "name": "InterpreterError",
+                        "value": "the interpreter's reply was garbled (the code wrote its end marker?)",
+                        "traceback": "",
+                    }
+                    self._stop(context)
+                    return
                 outcome.error = reply.get("error")
                 outcome.cancelled = bool(reply.get("cancelled"))
 
@@ -386,6 +396,22 @@ class Interpreters:
                 for watch in watches:
                     watch.cancel()
             return outcome
+
+
+def _reply(raw: bytes) -> dict[str, Any] | None:
+    """The driver's reply line, or None when it is not one: ``{"error": null | {name, value, traceback}}``."""
+    try:
+        reply = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(reply, dict):
+        return None
+    error = reply.get("error")
+    if error is not None and not (
+        isinstance(error, dict) and all(isinstance(error.get(key), str) for key in ("name", "value", "traceback"))
+    ):
+        return None
+    return reply
 
 
 def _bin_dir(python: str) -> str:

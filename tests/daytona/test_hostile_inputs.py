@@ -215,3 +215,30 @@ def test_an_interpreter_context_imports_what_its_start_did_not_load(
     code = "import fractions, statistics, os\nprint(fractions.Fraction(1, 3) + 1, os.access('/etc', os.W_OK))"
     frames = asyncio.run(_frames(server, api_key, sid, {"code": code}))
     assert {"type": "stdout", "text": "4/3 False\n"} in frames, frames
+
+
+@pytest.mark.parametrize("reply", [b"not json", b"[1]", b'{"error": 5}', b'{"error": {"name": 1}}'])
+def test_code_that_writes_its_own_end_marker_gets_an_answer(
+    client: httpx.Client, server: EmulatorServer, api_key: str, reply: bytes
+) -> None:
+    """The code can read its run's nonce from its frames and write the end marker with a reply of its own. A reply
+    that is none (not JSON, not an object, an error of the wrong shape) once raised in the server: the connection
+    dropped with 1006. Now it is the run's error, and the context starts afresh."""
+    sid = _sandbox(client)
+    forge = (
+        "import os, sys\n"
+        "nonce = sys._getframe(1).f_locals['request']['nonce']\n"
+        "marker = ('\\x00\\x1edaytona-emulator-end:%s\\x1e\\x00' % nonce).encode()\n"
+        f"os.write(2, marker)\nos.write(1, marker + {reply!r} + b'\\n')\n"
+    )
+
+    async def scenario() -> list[list[Any]]:
+        return [
+            await _frames(server, api_key, sid, {"code": forge}),
+            await _frames(server, api_key, sid, {"code": "print('next')"}),
+        ]
+
+    forged, after = asyncio.run(scenario())
+    assert forged[-1] == 1000, forged
+    assert [f["name"] for f in forged if isinstance(f, dict) and f.get("type") == "error"] == ["InterpreterError"]
+    assert {"type": "stdout", "text": "next\n"} in after and after[-1] == 1000, after
