@@ -33,7 +33,7 @@ from .interpreter import Context, Interpreters, InterpreterSettings, Interpreter
 from .report import code_digest
 from .sandboxes import Sandbox, SandboxStore, interval_minutes
 from .throttle import Throttlers, Verdict
-from .toolbox import CommandTimeout, Toolbox, delete_path
+from .toolbox import CommandTimeout, SandboxGone, Toolbox, delete_path
 
 _log = logging.getLogger(__name__)
 
@@ -243,6 +243,9 @@ class DaytonaService:
                     result = await operation(sandbox, request, body)
                 except CommandTimeout:
                     return daemon_error(408, "command execution timeout", path, request.method, "REQUEST_TIMEOUT"), {}
+                except SandboxGone:  # its processes went with it; the toolbox proxy has no daemon left to ask
+                    message = "the sandbox was stopped while the command ran"
+                    return daemon_error(502, message, path, request.method, "BAD_GATEWAY"), {}
                 except ApiError as exc:
                     return daemon_error(exc.status, exc.message, path, request.method, exc.code), {}
                 except FileNotFoundError as exc:

@@ -32,6 +32,10 @@ class CommandTimeout(Exception):
     """The command ran past its timeout (the daemon answers 408 REQUEST_TIMEOUT)."""
 
 
+class SandboxGone(Exception):
+    """The sandbox was stopped or deleted while its command ran: the command was killed with it."""
+
+
 @dataclass
 class SessionCommand:
     id: str
@@ -57,6 +61,12 @@ class Session:
         return {"sessionId": self.id, "commands": [c.to_json() for c in self.commands.values()]}
 
 
+def _not_cancelling() -> bool:
+    """Whether the current task itself is not being cancelled (its client is still there)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() == 0
+
+
 def _combined(result: ExecutionResult) -> str:
     return (result.stdout or "") + (result.stderr or "")
 
@@ -68,8 +78,12 @@ class Toolbox:
         self._executor = executor
         self._default_timeout = default_timeout
         self._sessions: dict[str, dict[str, Session]] = {}
+        self._running: dict[str, set[asyncio.Task[ExecutionResult]]] = {}
 
     def drop_sandbox(self, sandbox_id: str) -> None:
+        """The sandbox stopped or went: its commands end with it, as its container's processes do."""
+        for task in self._running.pop(sandbox_id, set()):
+            task.cancel()  # the executor kills the program
         for session in self._sessions.pop(sandbox_id, {}).values():
             for command in session.commands.values():
                 if command.task is not None and not command.task.done():
@@ -105,7 +119,17 @@ class Toolbox:
         request = ExecutionRequest(
             argv=argv, cwd=sandbox.home, timeout=timeout, stdin=stdin, extra_env=env, python_script=script
         )
-        return await executor.run(request)
+        task = asyncio.ensure_future(executor.run(request))
+        running = self._running.setdefault(sandbox.id, set())
+        running.add(task)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if task.cancelled() and _not_cancelling():
+                raise SandboxGone from None  # drop_sandbox's doing, not our caller's
+            raise
+        finally:
+            running.discard(task)
 
     async def _bash(self, script: str, sandbox: Sandbox, env: dict[str, str], timeout: float) -> ExecutionResult:
         """``script`` run by a bash that reads it from its stdin, as the daemon feeds its shell: no argument-size

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import aiohttp
@@ -242,3 +243,21 @@ def test_code_that_writes_its_own_end_marker_gets_an_answer(
     assert forged[-1] == 1000, forged
     assert [f["name"] for f in forged if isinstance(f, dict) and f.get("type") == "error"] == ["InterpreterError"]
     assert {"type": "stdout", "text": "next\n"} in after and after[-1] == 1000, after
+
+
+def test_a_command_ends_with_its_sandbox(client: httpx.Client, server: EmulatorServer) -> None:
+    """Deleting a sandbox kills what its commands run, as deleting its container does: the command in flight is
+    answered at once (502, the toolbox proxy with no daemon left), not 30 s later with its output as if nothing
+    had happened."""
+    sid = _sandbox(client)
+    home = server.emulator.daytona.store.get(sid).home
+    assert client.post(f"/toolbox/{sid}/process/execute", json={"command": "mkfifo started"}).status_code == 200
+    command = "echo up > started; sleep 30; echo finished"
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(client.post, f"/toolbox/{sid}/process/execute", json={"command": command})
+        with open(os.path.join(home, "started")) as fifo:
+            assert fifo.read() == "up\n"  # returns once the command has started and written
+        assert client.delete(f"/api/sandbox/{sid}").status_code == 200
+        answer = running.result(timeout=60)
+    assert answer.status_code == 502, answer.text
+    assert not os.path.lexists(home)
