@@ -10,7 +10,7 @@ from .bodies import FAULT_LABEL_HEADER, SANDBOX_ERROR_MESSAGE
 from .clock import Clock, ManualClock, RealClock
 from .decision import Admission, Decision, FaultAction
 from .engine import FaultEngine
-from .errors import AdmissionError, FaultPlanError, ReplayMissError
+from .errors import AdmissionError, DelayTooLongError, FaultPlanError, ReplayMissError
 from .keyed import keyed_uniform, logical_key
 from .latency import FixedLatency, LatencySpec, LognormalLatency, ParetoLatency, RampLatency, UniformLatency
 from .log import DecisionLog, dump_jsonl, load_jsonl
@@ -42,6 +42,7 @@ __all__ = [
     "ConcurrencyLimit",
     "Decision",
     "DecisionLog",
+    "DelayTooLongError",
     "FaultAction",
     "FaultEngine",
     "FaultKind",

@@ -18,6 +18,15 @@ class FaultPlanError(ValueError):
         super().__init__(f"{self.path}: {message}")
 
 
+class DelayTooLongError(FaultPlanError):
+    """A delay beyond what a plan may inject (``limit`` seconds); ``seconds`` is the one given."""
+
+    def __init__(self, path: str, seconds: float, limit: float) -> None:
+        self.seconds = seconds
+        self.limit = limit
+        super().__init__(path, f"expected at most {limit:g} seconds (one day), got {seconds:g}")
+
+
 class AdmissionError(RuntimeError):
     """An admission ticket was released twice or does not belong to this engine."""
 

@@ -19,7 +19,7 @@ from typing import Any, Literal, cast
 
 import yaml
 
-from .errors import FaultPlanError
+from .errors import DelayTooLongError, FaultPlanError
 from .latency import (
     MAX_DELAY_S,
     FixedLatency,
@@ -430,7 +430,7 @@ def _delay(value: object, path: str, *, positive: bool = False) -> float:
     """Seconds to wait: a finite number >= 0 (> 0 with ``positive``), at most :data:`MAX_DELAY_S`."""
     f = _number(value, path, positive=positive)
     if f > MAX_DELAY_S:
-        raise FaultPlanError(path, f"expected at most {MAX_DELAY_S:g} seconds (one day), got {value}")
+        raise DelayTooLongError(path, f, MAX_DELAY_S)
     return f
 
 

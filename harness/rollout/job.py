@@ -24,6 +24,7 @@ import yaml
 
 from emulator.app import Emulator
 from emulator.faults import (
+    DelayTooLongError,
     FaultPlanError,
     FixedLatency,
     LatencySpec,
@@ -132,6 +133,8 @@ def latency_problem(spec: Any) -> str | None:
     """
     try:
         parsed = parse_latency(spec, "latency")
+    except DelayTooLongError as exc:  # past even a plan's day: past our bound too
+        return f"delays must be at most {MAX_LATENCY_S:g} seconds, got {exc.seconds:g}"
     except FaultPlanError as exc:
         field = ".".join(exc.path.split(".")[2:])  # "latency.pareto.alpha" -> "alpha"
         return f"{field}: {exc.message}" if field else exc.message
