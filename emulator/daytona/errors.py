@@ -41,16 +41,22 @@ def api_error(
 
 
 def daemon_error(status: int, message: str, path: str, method: str, code: str | None = None) -> Response:
-    """The daemon's envelope: ``{statusCode, message, code, timestamp, path, method}``."""
+    """The daemon's envelope: ``{statusCode, message, code, source, timestamp, path, method}``. ``source`` lets the
+    SDK (0.226) raise its precise class for a code, ``DaytonaFileNotFoundError`` for ``FILE_NOT_FOUND`` say."""
     body: dict[str, Any] = {
         "statusCode": status,
         "message": message,
         "code": code or _daemon_code(status),
+        "source": DAEMON_SOURCE,
         "timestamp": now_iso(),
         "path": path,
         "method": method,
     }
     return json_response(body, status)
+
+
+#: The ``source`` of the daemon's errors, as the SDK's error mapping names it.
+DAEMON_SOURCE = "DAYTONA_DAEMON"
 
 
 def _daemon_code(status: int) -> str:

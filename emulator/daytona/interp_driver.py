@@ -41,11 +41,18 @@ def _apply_limits(limits: dict[str, int]) -> None:
 
 
 def _error_of(exc: BaseException) -> dict[str, str]:
-    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    # Drop this driver's own frame, as a REPL would show only the user's code.
-    if len(tb) > 1 and "interp_driver" in tb[1]:
-        tb = tb[:1] + tb[2:]
-    return {"name": type(exc).__name__, "value": str(exc), "traceback": "".join(tb)}
+    """The error as the daemon's worker reports it: the traceback keeps only the code's own frames, each as
+    ``File "<stdin>", line N`` (no function name, and no source line, which nobody can look up for ``<string>``),
+    then ``Name: value``; with none of the code's frames (a SyntaxError), that last line alone."""
+    name = type(exc).__name__
+    last = f"{name}: {exc}\n"
+    lines = [
+        f'  File "<stdin>", line {frame.lineno}\n'
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if frame.filename == "<string>"
+    ]
+    text = "Traceback (most recent call last):\n" + "".join(lines) + last if lines else last
+    return {"name": name, "value": str(exc), "traceback": text}
 
 
 class _Commands:
@@ -134,6 +141,12 @@ def main() -> None:
     _apply_limits(json.loads(sys.argv[1]))
     if sys.argv[2] != "-":
         _become(int(sys.argv[2]), int(sys.argv[3]))
+    # What the code sees of how it runs: the worker's, a script the daemon writes to its temp dir (``/tmp``, the
+    # daemon's own, not the sandbox's $TMPDIR), not ours (whose directory, first on sys.path, would let
+    # ``import config`` load the emulator's own module).
+    worker = "/tmp/daytona_repl_worker.py"
+    sys.argv[:] = [worker]
+    sys.path[0] = os.path.dirname(worker)
     commands = _Commands(os.dup(0))
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -161,7 +174,9 @@ def main() -> None:
             try:  # a name the environment cannot hold (a NUL, an '=') is the run's error, as the real worker says it
                 os.environ.update(request.get("envs") or {})
                 exec(code, namespace)
-            except BaseException as exc:  # SystemExit and KeyboardInterrupt are reported too
+            except SystemExit:
+                pass  # the worker takes sys.exit() and exit() as the code's normal end
+            except BaseException as exc:  # KeyboardInterrupt is reported too
                 error = _error_of(exc)
             finally:
                 os.environ.clear()

@@ -27,7 +27,7 @@ from emulator.gate import WS_TIMEOUT_CLOSE, FaultGate, current_entry
 from emulator.journal import retry_after_detail
 
 from .config import AUTHENTICATED, SANDBOX_CREATE, SANDBOX_LIFECYCLE, DaytonaConfig
-from .errors import ApiError, api_error, daemon_error, json_response
+from .errors import DAEMON_SOURCE, ApiError, api_error, daemon_error, json_response
 from .files import file_info, make_dirs, multipart_body, parse_multipart, read_file, resolve, write_file
 from .interpreter import Context, Interpreters, InterpreterSettings, InterpreterTimeout
 from .report import code_digest
@@ -461,6 +461,7 @@ class DaytonaService:
                     "message": f"file not found: {path}" if missing else str(exc),
                     "statusCode": 404 if missing else 400,
                     "code": "FILE_NOT_FOUND" if missing else "BAD_REQUEST",
+                    "source": DAEMON_SOURCE,
                 }
                 parts.append(("error", path, "application/json", json.dumps(error).encode()))
         payload, ctype = multipart_body(parts)
