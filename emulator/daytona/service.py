@@ -237,6 +237,7 @@ class DaytonaService:
                 path = request.url.path
                 if not self._authorized(request.headers):
                     return api_error(401, "Unauthorized", path), {}
+                sandbox: Sandbox | None = None
                 try:
                     sandbox = self._toolbox_sandbox(request)
                     await self._ensure_home(sandbox)
@@ -249,12 +250,12 @@ class DaytonaService:
                 except ApiError as exc:
                     return daemon_error(exc.status, exc.message, path, request.method, exc.code), {}
                 except FileNotFoundError as exc:
-                    return daemon_error(
-                        404, f"file not found: {exc.filename}", path, request.method, "FILE_NOT_FOUND"
-                    ), {}
+                    shown = _as_client_path(sandbox, exc.filename)
+                    return daemon_error(404, f"file not found: {shown}", path, request.method, "FILE_NOT_FOUND"), {}
                 except OSError as exc:  # a directory where a file was meant, a permission: the caller's request
                     reason = exc.strerror or type(exc).__name__
-                    return daemon_error(400, f"{reason}: {exc.filename}", path, request.method, "BAD_REQUEST"), {}
+                    shown = _as_client_path(sandbox, exc.filename)
+                    return daemon_error(400, f"{reason}: {shown}", path, request.method, "BAD_REQUEST"), {}
                 except Exception as exc:  # a bug of ours: the daemon's envelope for an error it did not expect, logged
                     _log.exception("%s %s failed", request.method, path)
                     message = str(exc) or type(exc).__name__
@@ -676,6 +677,18 @@ def _folder_mode(raw: str | None) -> int:
     if not raw.isascii() or not raw.isdigit() or "8" in raw or "9" in raw or int(raw, 8) >= 1 << 32:
         raise ApiError(400, "invalid mode format")
     return int(raw, 8)
+
+
+def _as_client_path(sandbox: Sandbox | None, filename: object) -> str:
+    """A host path in an error message as the client named it: under the sandbox's private tree, the absolute path
+    it stands for (``/tmp/a.txt``), never the emulator's own directory; the home is the path ``/user-home-dir``
+    reports, so it stays."""
+    text = str(filename)
+    if sandbox is not None:
+        root = sandbox.fs_root.rstrip("/")
+        if text == root or text.startswith(root + "/"):
+            return text[len(root) :] or "/"
+    return text
 
 
 def _as_go_decodes(value: Any) -> Any:

@@ -261,3 +261,14 @@ def test_a_command_ends_with_its_sandbox(client: httpx.Client, server: EmulatorS
         answer = running.result(timeout=60)
     assert answer.status_code == 502, answer.text
     assert not os.path.lexists(home)
+
+
+def test_an_error_names_the_path_as_the_client_gave_it(client: httpx.Client, server: EmulatorServer) -> None:
+    """A path outside the home lives in the sandbox's private tree; an error about it names the client's path (as
+    the daemon echoes it), not the emulator's directory."""
+    sid = _sandbox(client)
+    missing = client.get(f"/toolbox/{sid}/files/download", params={"path": "/tmp/nothing/here.txt"})
+    assert missing.status_code == 404, missing.text
+    assert missing.json()["message"] == "file not found: /tmp/nothing/here.txt"
+    fs_root = server.emulator.daytona.store.get(sid).fs_root
+    assert fs_root not in missing.text
