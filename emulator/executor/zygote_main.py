@@ -1583,7 +1583,11 @@ def _open_dir_at(name: str, dir_fd: int | None) -> int:
 
 def _clear_tree(fd: int) -> None:
     """Empty the directory ``fd`` (taken over and closed): each level entered in turn, its entries removed by name."""
-    back = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        back = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:  # no working directory to come back to: leave the tree (the sweep gets another go)
+        os.close(fd)
+        return
     try:
         os.fchdir(fd)
         os.close(fd)
