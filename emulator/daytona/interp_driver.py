@@ -95,6 +95,8 @@ class _Commands:
         return True
 
 
+# The same prctl/capset numbers as the warm interpreter's (zygote_main.py): both files run standalone under the
+# runtime Python, so neither imports the other.
 _PR_SET_DUMPABLE = 4
 _PR_SET_KEEPCAPS = 8
 _PR_CAPBSET_DROP = 24

@@ -355,23 +355,16 @@ class Interpreters:
                 rest, _ = await asyncio.gather(pump(stdout, "stdout"), pump(stderr, "stderr"))
                 if rest is not None and not rest.endswith(b"\n"):
                     rest += await stdout.readline()
-                if not rest:
-                    outcome.error = {
-                        "name": "InterpreterExited",
-                        "value": "the interpreter process exited",
-                        "traceback": "",
-                    }
-                    self._stop(context)
-                    return
-                reply = _reply(rest)
+                reply = _reply(rest) if rest else None
                 if reply is None:
-                    # The code wrote the end marker itself (it can read the nonce from its frames) and then no reply
-                    # of ours: the streams no longer line up with the runs. The context starts afresh.
-                    outcome.error = {
-                        "name": "InterpreterError",
-                        "value": "the interpreter's reply was garbled (the code wrote its end marker?)",
-                        "traceback": "",
-                    }
+                    # No reply (the process exited), or one the code wrote itself (it can read its end marker from
+                    # its frames): the streams no longer line up with the runs. The context starts afresh.
+                    name, value = (
+                        ("InterpreterError", "the interpreter's reply was garbled (the code wrote its end marker?)")
+                        if rest
+                        else ("InterpreterExited", "the interpreter process exited")
+                    )
+                    outcome.error = {"name": name, "value": value, "traceback": ""}
                     self._stop(context)
                     return
                 outcome.error = reply.get("error")
