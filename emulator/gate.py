@@ -208,7 +208,7 @@ class FaultGate:
             return None, "reset"
         if action.status == 408:
             await websocket.accept()
-            await websocket.close(WS_TIMEOUT_CLOSE, "execution timeout")
+            await websocket.close(WS_TIMEOUT_CLOSE, "")  # the daemon's timeout close has no reason
             return 101, "fault"
         response = _action_response(action, dict(decision.limit_headers), (route, websocket.url.path, "GET"))
         await websocket.send_denial_response(response)

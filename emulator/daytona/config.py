@@ -98,6 +98,8 @@ class DaytonaConfig:
     default_command_timeout: float = 600.0
     #: Default ``run_code`` timeout of the interpreter (the daemon's 10 minutes).
     interpreter_timeout: float = 600.0
+    #: Seconds a timed-out execution has to end after its SIGINT before its process is killed (the daemon's 2).
+    interpreter_grace: float = 2.0
     #: First uid of the interpreter processes (one uid per live interpreter context; root only).
     interpreter_uid_base: int = 300_000
     interpreter_uid_count: int = 4096

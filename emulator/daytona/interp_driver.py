@@ -6,8 +6,12 @@ Each command is a JSON line ``{"code", "envs", "nonce"}`` (and ``"start_at"``: a
 the code must not start); the code runs in the context's namespace with stdout/stderr going to the real fds 1/2 (so
 subprocesses' output is captured too), then the nonce sentinel is written to both, and after the one on stdout the
 reply line ``{"error": null | {name, value, traceback}}`` (plus ``"cancelled": true`` when a ``{"cancel": nonce}``
-line came during the wait for ``start_at``: the code did not run). Commands come on the original stdin, which the
-code never sees (its fd 0 is /dev/null).
+line came during the wait for ``start_at``: the code did not run; or ``"interrupted": true`` when the code ended in
+``KeyboardInterrupt``, its own or a SIGINT's, which the daemon's worker reports as a control message, not an error).
+Commands come on the original stdin, which the code never sees (its fd 0 is /dev/null).
+
+SIGINT (the server's, at a timeout) interrupts the code as the daemon's worker's handler does, with
+``KeyboardInterrupt("Execution interrupted")``; outside the code it is ignored, so that it never breaks a reply.
 Stdlib only: this file runs under the sandbox's runtime interpreter, as the sandbox uid.
 """
 
@@ -20,11 +24,23 @@ import json
 import os
 import resource
 import select
+import signal
 import sys
 import time
 import traceback
 
 SENTINEL = "\x00\x1edaytona-emulator-end:{}\x1e\x00"
+
+
+class _Running:
+    """Whether the context's code is running: a SIGINT interrupts it then, and only then."""
+
+    code = False
+
+
+def _on_sigint(_signum: int, _frame: object) -> None:
+    if _Running.code:
+        raise KeyboardInterrupt("Execution interrupted")
 
 
 def _apply_limits(limits: dict[str, int]) -> None:
@@ -154,6 +170,7 @@ def main() -> None:
     os.dup2(devnull, 0)
     os.close(devnull)
     namespace: dict[str, object] = {"__name__": "__main__", "__builtins__": __builtins__}
+    signal.signal(signal.SIGINT, _on_sigint)
     while (line := commands.next()) is not None:
         request = json.loads(line)
         error: dict[str, str] | None = None
@@ -171,16 +188,25 @@ def main() -> None:
             while reply:
                 reply = reply[os.write(1, reply) :]
             continue
+        interrupted = False
         if code is not None:
             saved = dict(os.environ)
             try:  # a name the environment cannot hold (a NUL, an '=') is the run's error, as the real worker says it
                 os.environ.update(request.get("envs") or {})
+                _Running.code = True
                 exec(code, namespace)
+                _Running.code = False  # a SIGINT from here on is ignored; one before it is this run's interruption
+            except KeyboardInterrupt:
+                _Running.code = False
+                interrupted = True  # no error: the daemon's worker ends the run with control "interrupted"
             except SystemExit:
-                pass  # the worker takes sys.exit() and exit() as the code's normal end
-            except BaseException as exc:  # KeyboardInterrupt is reported too
+                _Running.code = False
+                # the worker takes sys.exit() and exit() as the code's normal end
+            except BaseException as exc:
+                _Running.code = False
                 error = _error_of(exc)
             finally:
+                _Running.code = False
                 os.environ.clear()
                 os.environ.update(saved)
         for stream in (sys.stdout, sys.stderr):
@@ -189,7 +215,10 @@ def main() -> None:
         marker = SENTINEL.format(request["nonce"]).encode()
         with contextlib.suppress(OSError):
             os.write(2, marker)
-        reply = marker + json.dumps({"error": error}).encode() + b"\n"
+        answer: dict[str, object] = {"error": error}
+        if interrupted:
+            answer["interrupted"] = True
+        reply = marker + json.dumps(answer).encode() + b"\n"
         while reply:
             reply = reply[os.write(1, reply) :]
 

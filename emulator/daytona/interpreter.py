@@ -5,7 +5,9 @@ Isolation mirrors the executor's: when the emulator is root each context runs un
 address space and core dumps; processes left behind under that uid are killed when the context ends. The sandbox's
 home is handed to the context's uid before each execution (as the executor does before each run).
 
-A timeout kills the process (and with it the context's state): the next ``run_code`` starts a fresh one.
+A timeout interrupts the code as the daemon does: SIGINT to the process, whose code then ends in
+``KeyboardInterrupt`` (the context's state kept), and only when the code has not ended ``grace`` seconds later (the
+daemon's 2) the process is killed, and with it the state: the next ``run_code`` starts a fresh one.
 """
 
 from __future__ import annotations
@@ -37,7 +39,13 @@ OnFrame = Callable[[Frame], Awaitable[None]]
 
 
 class InterpreterTimeout(Exception):
-    """The execution ran past its timeout; the context's process was killed."""
+    """The execution ran past its timeout and did not end when interrupted; the context's process was killed.
+
+    ``unsent``: the output the code wrote last, not streamed yet (as :attr:`ExecutionOutcome.unsent`)."""
+
+    def __init__(self, unsent: list[dict[str, str]] | None = None) -> None:
+        super().__init__("execution timeout")
+        self.unsent = unsent or []
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,8 @@ class InterpreterSettings:
     max_processes: int = 512
     max_file_size_mb: int = 64
     max_address_space_mb: int = 4096
+    #: Seconds a timed-out execution has to end after its SIGINT before its process is killed (the daemon's 2).
+    grace: float = 2.0
 
 
 @dataclass
@@ -57,6 +67,8 @@ class ExecutionOutcome:
     stderr: str = ""
     #: The code never ran: its client left before its start (see ``Interpreters.run``'s ``abandoned``).
     cancelled: bool = False
+    #: The code ended in ``KeyboardInterrupt`` (its own, or the SIGINT of a timeout): the daemon's ``interrupted``.
+    interrupted: bool = False
     #: Each stream's last frame, which came with the end of the run: left to the caller to send with the rest of its
     #: answer, so that they leave together (sent one turn of the event loop earlier, the frame woke the client,
     #: which then took the CPU from the server before the end of the answer was written: 0.3 ms at concurrency 1).
@@ -317,9 +329,14 @@ class Interpreters:
                 else:
                     await on_frame({"type": kind, "text": text})
 
+            # Per stream, what a pump holds back (the tail that may be the start of the marker) and its decoder:
+            # the output of code killed at a timeout, which no marker follows, is sent from there.
+            held: dict[str, bytes] = {}
+            decoders: dict[str, codecs.IncrementalDecoder] = {}
+
             async def pump(stream: asyncio.StreamReader, kind: str) -> bytes | None:
                 """Stream ``kind`` frames up to the sentinel; return what follows it (None at EOF)."""
-                decoder = codecs.getincrementaldecoder("utf-8")("replace")
+                decoder = decoders[kind] = codecs.getincrementaldecoder("utf-8")("replace")
                 pending = b""
                 keep = len(marker) - 1
                 while True:
@@ -332,14 +349,25 @@ class Interpreters:
                     pending += chunk
                     index = pending.find(marker)
                     if index >= 0:
+                        held.pop(kind, None)
                         text = decoder.decode(pending[:index], final=True)
                         if text:
                             await emit(kind, text, last=True)
                         return pending[index + len(marker) :]
                     flush, pending = pending[:-keep], pending[-keep:]
+                    held[kind] = pending
                     text = decoder.decode(flush)
                     if text:
                         await emit(kind, text)
+
+            def leftovers() -> list[Frame]:
+                """The output held back when the code was killed (no marker comes): each stream's last frame."""
+                frames = []
+                for kind, pending in held.items():
+                    text = decoders[kind].decode(pending[: len(pending) - _marker_head(pending, marker)], final=True)
+                    if text:
+                        frames.append({"type": kind, "text": text})
+                return frames
 
             def cancel_if_left(watch: asyncio.Future[bool]) -> None:
                 if not watch.cancelled() and watch.exception() is None and watch.result():
@@ -369,16 +397,22 @@ class Interpreters:
                     return
                 outcome.error = reply.get("error")
                 outcome.cancelled = bool(reply.get("cancelled"))
+                outcome.interrupted = bool(reply.get("interrupted"))
 
             watches: list[asyncio.Future[bool]] = []
+            running = asyncio.ensure_future(finish())
             try:
-                if timeout > 0:
-                    await asyncio.wait_for(finish(), timeout)
-                else:
-                    await finish()
-            except asyncio.TimeoutError:
+                if timeout > 0 and not (await asyncio.wait({running}, timeout=timeout))[0]:
+                    # The daemon's timeout: SIGINT to the worker, then a kill if the code has not ended by the grace.
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        process.send_signal(signal.SIGINT)
+                    if not (await asyncio.wait({running}, timeout=self.settings.grace))[0]:
+                        running.cancel()
+                        raise InterpreterTimeout(leftovers())
+                await running
+            except InterpreterTimeout:
                 self._stop(context)
-                raise InterpreterTimeout from None
+                raise
             except (ConnectionError, BrokenPipeError):
                 self._stop(context)
                 raise RuntimeError("interpreter process is gone") from None
@@ -386,9 +420,18 @@ class Interpreters:
                 self._stop(context)
                 raise
             finally:
+                running.cancel()
                 for watch in watches:
                     watch.cancel()
             return outcome
+
+
+def _marker_head(data: bytes, marker: bytes) -> int:
+    """How many of ``data``'s last bytes are the start of ``marker`` (a marker cut off by a kill is no output)."""
+    for size in range(min(len(data), len(marker) - 1), 0, -1):
+        if marker.startswith(data[-size:]):
+            return size
+    return 0
 
 
 def _reply(raw: bytes) -> dict[str, Any] | None:

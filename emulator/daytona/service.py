@@ -29,7 +29,9 @@ from emulator.journal import retry_after_detail
 from .config import AUTHENTICATED, SANDBOX_CREATE, SANDBOX_LIFECYCLE, DaytonaConfig
 from .errors import DAEMON_SOURCE, ApiError, api_error, daemon_error, json_response
 from .files import file_info, make_dirs, multipart_body, parse_multipart, read_file, resolve, write_file
+from .go_json import as_go_decodes
 from .interpreter import Context, Interpreters, InterpreterSettings, InterpreterTimeout
+from .interpreter_request import Refusal, parse_execute_request
 from .report import code_digest
 from .sandboxes import Sandbox, SandboxStore, interval_minutes
 from .throttle import Throttlers, Verdict
@@ -127,7 +129,8 @@ class DaytonaService:
         self.throttlers = Throttlers(config.throttlers, now)
         self.toolbox = Toolbox(executor, config.default_command_timeout)
         uid_base = config.interpreter_uid_base if os.geteuid() == 0 else None
-        self.interpreters = Interpreters(InterpreterSettings(python, uid_base, config.interpreter_uid_count))
+        settings = InterpreterSettings(python, uid_base, config.interpreter_uid_count, grace=config.interpreter_grace)
+        self.interpreters = Interpreters(settings)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.store.on_destroy.append(self._halt)
 
@@ -527,60 +530,34 @@ class DaytonaService:
             frame = await websocket.receive()
             if frame["type"] == "websocket.disconnect":
                 return "cancelled"
-            try:  # the daemon reads any frame and unmarshals it: a binary one holding JSON runs too
-                text = frame.get("text")
-                raw: str | bytes = text if isinstance(text, str) else frame.get("bytes") or b""
-                request = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
+            # The daemon reads any frame and unmarshals it: a binary one holding JSON runs too.
+            text = frame.get("text")
+            raw: str | bytes = text if isinstance(text, str) else frame.get("bytes") or b""
+            contexts = self.interpreters.contexts(sandbox.id)
+            request = parse_execute_request(raw, contexts.__contains__)
+            if isinstance(request, Refusal):
                 await start_gate.wait_out()
-                await websocket.close(1003, "invalid request")
+                await websocket.close(request.code, request.reason)
                 return "invalid"
-            return await self._interpret(websocket, sandbox, request if isinstance(request, dict) else {})
+            entry = current_entry()
+            if entry is not None:  # which program ran: a pool's "each completion once" is checked against this
+                entry.detail["code_digest"] = code_digest(request.code)
+            if request.context_id is None or request.context_id == "default":
+                context = self.interpreters.default(sandbox.id, sandbox.home, sandbox.env)
+            else:
+                context = contexts[request.context_id]
+            timeout = self.config.interpreter_timeout if request.timeout is None else float(request.timeout)
+            return await self._interpret(websocket, context, request.code, request.envs, timeout)
 
         # An injected latency: the handshake is answered and the request read during the wait; the code starts at
         # its end (see _interpret).
         await self.gate.handle_ws(ROUTE_INTERPRETER, websocket, serve, ready_in_latency=True)
 
-    async def _interpret(self, websocket: WebSocket, sandbox: Sandbox, request: dict[str, Any]) -> str:
-        code = _as_go_decodes(request.get("code"))
-        if not isinstance(code, str):
-            await start_gate.wait_out()
-            await websocket.close(1003, "code is required")
-            return "invalid"
-        entry = current_entry()
-        if entry is not None:  # which program ran: a pool's "each completion once" is checked against this
-            entry.detail["code_digest"] = code_digest(code)
-        context_id = request.get("contextId")
-        context: Context | None
-        if isinstance(context_id, str) and context_id and context_id != "default":
-            context = self.interpreters.get(sandbox.id, context_id)
-            if context is None:
-                await start_gate.wait_out()
-                await websocket.send_text(
-                    json.dumps(
-                        {
-                            "type": "error",
-                            "name": "ContextNotFound",
-                            "value": f"context {context_id} not found",
-                            "traceback": "",
-                        }
-                    )
-                )
-                await websocket.close(1000)
-                return "invalid"
-        else:
-            context = self.interpreters.default(sandbox.id, sandbox.home, sandbox.env)
-        raw_envs = request.get("envs")
-        envs: dict[str, Any] = raw_envs if isinstance(raw_envs, dict) else {}
-        timeout_raw = request.get("timeout")
-        timeout = (
-            float(timeout_raw)
-            if isinstance(timeout_raw, int | float) and not isinstance(timeout_raw, bool)
-            else self.config.interpreter_timeout
-        )
-
+    async def _interpret(
+        self, websocket: WebSocket, context: Context, code: str, envs: dict[str, str], timeout: float
+    ) -> str:
         async def send(frame: dict[str, str]) -> None:
-            await websocket.send_text(json.dumps(frame))
+            await websocket.send_text(_output_message(frame))
 
         start_at: float | None = None
         abandoned: Callable[[], Awaitable[bool]] | None = None
@@ -597,12 +574,12 @@ class DaytonaService:
 
                 abandoned = abandoned_before_start
         try:
-            outcome = await self.interpreters.run(
-                context, code, {str(k): str(v) for k, v in envs.items()}, timeout, send, start_at, abandoned
-            )
-        except InterpreterTimeout:
+            outcome = await self.interpreters.run(context, code, envs, timeout, send, start_at, abandoned)
+        except InterpreterTimeout as killed:  # the code did not end when interrupted: killed, with no last message
             with contextlib.suppress(Exception):
-                await websocket.close(WS_TIMEOUT_CLOSE, "execution timeout")
+                for frame in killed.unsent:
+                    await send(frame)
+                await websocket.close(WS_TIMEOUT_CLOSE, "")
             return "timeout"
         except (WebSocketDisconnect, RuntimeError):
             return "cancelled"
@@ -611,6 +588,10 @@ class DaytonaService:
         try:
             for frame in outcome.unsent:  # the last output, with the end: one write
                 await send(frame)
+            if outcome.interrupted:  # KeyboardInterrupt, a timeout's or the code's own: the daemon's timeout close
+                await send({"type": "control", "text": "interrupted"})
+                await websocket.close(WS_TIMEOUT_CLOSE, "")
+                return "timeout"
             if outcome.error is not None:
                 await send({"type": "error", **outcome.error})
             await send({"type": "control", "text": "completed"})
@@ -691,23 +672,20 @@ def _as_client_path(sandbox: Sandbox | None, filename: object) -> str:
     return text
 
 
-def _as_go_decodes(value: Any) -> Any:
-    """A JSON value as the daemon's Go decoder reads it: a lone surrogate escape (``"\\ud800"``) in any string or key
-    becomes U+FFFD."""
-    if isinstance(value, dict):
-        return {_as_go_decodes(key): _as_go_decodes(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_as_go_decodes(item) for item in value]
-    if not isinstance(value, str):
-        return value
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return "".join("\ufffd" if "\ud800" <= char <= "\udfff" else char for char in value)
-    return value
+def _output_message(frame: dict[str, str]) -> str:
+    """A frame as the daemon writes its ``OutputMessage``: every field, empty when unused, in its order."""
+    return json.dumps(
+        {
+            "type": frame.get("type", ""),
+            "text": frame.get("text", ""),
+            "name": frame.get("name", ""),
+            "value": frame.get("value", ""),
+            "traceback": frame.get("traceback", ""),
+        }
+    )
 
 
 def _daemon_body(body: bytes) -> dict[str, Any]:
     """A toolbox request's JSON body, decoded as the daemon (Go) decodes it."""
-    data: dict[str, Any] = _as_go_decodes(_json_body(body))
+    data: dict[str, Any] = as_go_decodes(_json_body(body))
     return data

@@ -46,7 +46,8 @@ from harness.tools.permits import LimiterUnavailable, return_permit, take_permit
 from harness.tools.retry import RetryPolicy, retry_after_seconds
 from harness.tools.sandbox_fusion import DEFAULT_SCHEMA, limiter_settings, open_tool_limiter
 
-#: What the model sees when its program ran past the timeout (the interpreter context is then reset).
+#: What the model sees when its program ran past the timeout (interrupted: the context keeps its state, unless the
+#: program ignored the interrupt and was killed).
 TIMEOUT_OBSERVATION = "Execution timed out after {timeout:g} seconds."
 
 #: The keys a :class:`DaytonaTool` config may have (any other is a typo, refused with a suggestion). ``num_workers``

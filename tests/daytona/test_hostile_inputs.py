@@ -21,6 +21,11 @@ def client(server: EmulatorServer, api_key: str) -> httpx.Client:
     return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
 
 
+def _used(frame: dict[str, Any]) -> dict[str, Any]:
+    """A frame without the fields the daemon sends empty (every frame has all five)."""
+    return {key: value for key, value in frame.items() if value != "" or key in ("type", "text")}
+
+
 def _sandbox(client: httpx.Client) -> str:
     created = client.post("/api/sandbox", json={})
     assert created.status_code == 200, created.text
@@ -34,7 +39,7 @@ async def _frames(server: EmulatorServer, api_key: str, sid: str, request: Any, 
     async with aiohttp.ClientSession() as session, session.ws_connect(url, headers=headers) as ws:
         payload = json.dumps(request)
         await (ws.send_bytes(payload.encode()) if binary else ws.send_str(payload))
-        frames: list[Any] = [json.loads(m.data) async for m in ws if m.type == aiohttp.WSMsgType.TEXT]
+        frames: list[Any] = [_used(json.loads(m.data)) async for m in ws if m.type == aiohttp.WSMsgType.TEXT]
         frames.append(ws.close_code)
     return frames
 

@@ -23,13 +23,18 @@ def sandbox(server: EmulatorServer, api_key: str) -> str:
     return str(created.json()["id"])
 
 
+def _used(frame: dict[str, Any]) -> dict[str, Any]:
+    """A frame without the fields the daemon sends empty (every frame has all five)."""
+    return {key: value for key, value in frame.items() if value != "" or key in ("type", "text")}
+
+
 def _run(server: EmulatorServer, api_key: str, sid: str, code: str) -> tuple[list[dict[str, Any]], int | None]:
     async def frames() -> tuple[list[dict[str, Any]], int | None]:
         url = server.url.replace("http", "ws", 1) + f"/toolbox/{sid}/process/interpreter/execute"
         headers = {"Authorization": f"Bearer {api_key}"}
         async with aiohttp.ClientSession() as session, session.ws_connect(url, headers=headers) as ws:
             await ws.send_str(json.dumps({"code": code}))
-            got = [json.loads(m.data) async for m in ws if m.type == aiohttp.WSMsgType.TEXT]
+            got = [_used(json.loads(m.data)) async for m in ws if m.type == aiohttp.WSMsgType.TEXT]
             return got, ws.close_code
 
     return asyncio.run(frames())

@@ -65,7 +65,7 @@ def test_the_handshake_is_answered_during_the_wait_and_the_code_starts_at_its_en
     started = float(stdout)
     assert started >= asked + LATENCY  # the code waited for the whole latency, counted from no earlier than the ask
     assert answered >= started
-    assert frames[-1] == {"type": "control", "text": "completed"}
+    assert frames[-1] == {"type": "control", "text": "completed", "name": "", "value": "", "traceback": ""}
     [entry] = server.emulator.journal.entries("daytona.interpreter.execute")
     assert entry.outcome == "ok" and entry.injected_latency == LATENCY
     # The upgrade request's arrival, on the client's clock: the latency runs from it, and the answer ends after both.
@@ -77,7 +77,7 @@ def test_the_handshake_is_answered_during_the_wait_and_the_code_starts_at_its_en
 def test_answers_without_a_run_still_come_after_the_latency(server: EmulatorServer, api_url: str, api_key: str) -> None:
     server.emulator.set_faults(_plan())
 
-    async def scenario() -> tuple[float, list[dict[str, Any]], float, int]:
+    async def scenario() -> tuple[float, list[dict[str, Any]], int | None, float, int]:
         async with AsyncDaytona(DaytonaConfig(api_url=api_url, api_key=api_key)) as daytona:
             sandbox = await daytona.create()
             url = _ws_url(server, sandbox.id)
@@ -87,16 +87,17 @@ def test_answers_without_a_run_still_come_after_the_latency(server: EmulatorServ
                 async with session.ws_connect(url, headers=headers) as ws:
                     await ws.send_str(json.dumps({"code": "print(1)", "contextId": "no-such-context"}))
                     frames = await _frames(ws)
+                    refused = ws.close_code
                 unknown_context = time.monotonic() - asked
                 asked = time.monotonic()
                 with pytest.raises(aiohttp.WSServerHandshakeError) as denied:
                     await session.ws_connect(url, headers={"Authorization": "Bearer wrong"})
                 bad_key = time.monotonic() - asked
             await sandbox.delete()
-        return unknown_context, frames, bad_key, denied.value.status
+        return unknown_context, frames, refused, bad_key, denied.value.status
 
-    unknown_context, frames, bad_key, status = asyncio.run(scenario())
-    assert frames[0]["name"] == "ContextNotFound"
+    unknown_context, frames, refused, bad_key, status = asyncio.run(scenario())
+    assert frames == [] and refused == 1008  # the daemon's "context not found", a policy violation
     assert unknown_context >= LATENCY
     assert status == 401 and bad_key >= LATENCY
 
