@@ -3,12 +3,18 @@
 argv: ``<limits JSON> <uid> <gid>`` (uid ``-`` = no change). Started as the emulator's user,
 it lowers its rlimits and drops to the sandbox uid (no supplementary groups) before reading any code.
 Each command is a JSON line ``{"code", "envs", "nonce"}`` (and ``"start_at"``: a ``time.monotonic()`` before which
-the code must not start); the code runs in the context's namespace with stdout/stderr going to the real fds 1/2 (so
-subprocesses' output is captured too), then the nonce sentinel is written to both, and after the one on stdout the
-reply line ``{"error": null | {name, value, traceback}}`` (plus ``"cancelled": true`` when a ``{"cancel": nonce}``
-line came during the wait for ``start_at``: the code did not run; or ``"interrupted": true`` when the code ended in
-``KeyboardInterrupt``, its own or a SIGINT's, which the daemon's worker reports as a control message, not an error).
-Commands come on the original stdin, which the code never sees (its fd 0 is /dev/null).
+the code must not start). The answer comes as JSON lines on the original stdout: output chunks
+``{"type": "stdout"|"stderr", "text"}``, then ``{"end": nonce, "error": null | {name, value, traceback}}`` (plus
+``"cancelled": true`` when a ``{"cancel": nonce}`` line came during the wait for ``start_at``: the code did not run;
+or ``"interrupted": true`` when the code ended in ``KeyboardInterrupt``, its own or a SIGINT's, which the daemon's
+worker reports as a control message, not an error).
+
+The code's streams are the daemon's worker's: ``sys.stdout`` and ``sys.stderr`` are Python-level writers that send a
+chunk at each newline or 1,024 characters (no ``fileno``, no ``buffer``); what reaches fds 1 and 2 (a subprocess's
+output, ``sys.__stdout__``) is lost, as the daemon drops the worker's lines that are no chunk; fd 0 is a pipe where
+nothing comes (the worker's stdin is its command pipe), so ``input()`` waits, until the timeout interrupts it. A
+chunk whose JSON line reaches the daemon's 1 MiB line limit stops the daemon's reader for good: the driver then says
+``{"overflow": true}`` and the server hears nothing more from this process.
 
 SIGINT (the server's, at a timeout) interrupts the code as the daemon's worker's handler does, with
 ``KeyboardInterrupt("Execution interrupted")``; outside the code it is ignored, so that it never breaks a reply.
@@ -20,27 +26,110 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import io
 import json
 import os
 import resource
 import select
 import signal
 import sys
+import threading
 import time
 import traceback
 
-SENTINEL = "\x00\x1edaytona-emulator-end:{}\x1e\x00"
-
 
 class _Running:
-    """Whether the context's code is running: a SIGINT interrupts it then, and only then."""
+    """Whether the context's code is running (a SIGINT interrupts it then, and only then), whether a SIGINT came while
+    a chunk was being written (it interrupts the code once the line is whole), where chunks go, and whether the
+    daemon's reader still reads them."""
 
     code = False
+    interrupted = False
+    out = -1
+    deaf = False
+    main_thread = threading.get_ident()
+    writing = threading.Lock()  # one line at a time, from whichever thread of the code
 
 
 def _on_sigint(_signum: int, _frame: object) -> None:
     if _Running.code:
         raise KeyboardInterrupt("Execution interrupted")
+    _Running.interrupted = True
+
+
+#: The daemon reads the worker's lines with a 1 MiB buffer (``bufio.Scanner``): a longer line ends its reading.
+_LINE_LIMIT = 1024 * 1024
+
+
+def _send(message: dict[str, object]) -> None:
+    """Write one JSON line whole, a SIGINT meanwhile held back until it is written (Python runs signal handlers in
+    the main thread only: a line another thread of the code writes needs no such care, nor could it raise there)."""
+    line = json.dumps(message).encode("ascii") + b"\n"
+    if threading.get_ident() != _Running.main_thread:
+        with _Running.writing:
+            _write_line(line, message)
+        return
+    running, _Running.code = _Running.code, False
+    try:
+        with _Running.writing:
+            _write_line(line, message)
+    finally:
+        _Running.code = running
+    if running and _Running.interrupted:
+        _Running.interrupted = False
+        raise KeyboardInterrupt("Execution interrupted")
+
+
+def _write_line(line: bytes, message: dict[str, object]) -> None:
+    if _Running.deaf:
+        return
+    if len(line) > _LINE_LIMIT and "type" in message:
+        _Running.deaf = True
+        line = b'{"overflow": true}\n'
+    view = memoryview(line)
+    while view:
+        view = view[os.write(_Running.out, view) :]
+
+
+class _Chunks(io.TextIOBase):
+    """``sys.stdout``/``sys.stderr`` of the code, as the daemon's worker's stream emitter: text only, kept until a
+    newline or 1,024 characters, then sent as one chunk."""
+
+    encoding = "utf-8"
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self._kind = kind
+        self._parts: list[str] = []
+        self._size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: object) -> int:
+        if not data:
+            return 0
+        text = data if isinstance(data, str) else str(data)
+        self._parts.append(text)
+        self._size += len(text)
+        if "\n" in text or self._size >= 1024:
+            self.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._parts:
+            return
+        payload = "".join(self._parts)
+        self._parts.clear()
+        self._size = 0
+        _send({"type": self._kind, "text": payload})
+
+    def isatty(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self.flush()
+        super().close()
 
 
 def _apply_limits(limits: dict[str, int]) -> None:
@@ -166,13 +255,19 @@ def main() -> None:
     sys.argv[:] = [worker]
     sys.path[0] = os.path.dirname(worker)
     commands = _Commands(os.dup(0))
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
+    _Running.out = os.dup(1)
+    quiet, _never_written = os.pipe()  # the code's stdin: nothing comes, as to the worker's, while the code runs
+    os.dup2(quiet, 0)
+    os.close(quiet)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
     os.close(devnull)
     namespace: dict[str, object] = {"__name__": "__main__", "__builtins__": __builtins__}
     signal.signal(signal.SIGINT, _on_sigint)
     while (line := commands.next()) is not None:
         request = json.loads(line)
+        nonce = request["nonce"]
         error: dict[str, str] | None = None
         code = None
         try:  # compiled before a wait for the start (its error is reported after it, as the run's would be)
@@ -181,18 +276,17 @@ def main() -> None:
             error = _error_of(exc)
         start_at = request.get("start_at")
         if start_at is not None and commands.cancelled_before(start_at):
-            marker = SENTINEL.format(request["nonce"]).encode()
-            with contextlib.suppress(OSError):
-                os.write(2, marker)
-            reply = marker + json.dumps({"error": None, "cancelled": True}).encode() + b"\n"
-            while reply:
-                reply = reply[os.write(1, reply) :]
+            _send({"end": nonce, "error": None, "cancelled": True})
             continue
         interrupted = False
         if code is not None:
             saved = dict(os.environ)
+            streams = sys.stdout, sys.stderr
+            out, err = _Chunks("stdout"), _Chunks("stderr")
             try:  # a name the environment cannot hold (a NUL, an '=') is the run's error, as the real worker says it
                 os.environ.update(request.get("envs") or {})
+                sys.stdout, sys.stderr = out, err
+                _Running.interrupted = False
                 _Running.code = True
                 exec(code, namespace)
                 _Running.code = False  # a SIGINT from here on is ignored; one before it is this run's interruption
@@ -207,20 +301,16 @@ def main() -> None:
                 error = _error_of(exc)
             finally:
                 _Running.code = False
+                sys.stdout, sys.stderr = streams
                 os.environ.clear()
                 os.environ.update(saved)
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(OSError, ValueError):
-                stream.flush()
-        marker = SENTINEL.format(request["nonce"]).encode()
-        with contextlib.suppress(OSError):
-            os.write(2, marker)
-        answer: dict[str, object] = {"error": error}
+            for chunks in (out, err):  # what the code left unsent, as the worker's ``finally`` sends it
+                with contextlib.suppress(Exception):
+                    chunks.flush()
+        answer: dict[str, object] = {"end": nonce, "error": error}
         if interrupted:
             answer["interrupted"] = True
-        reply = marker + json.dumps(answer).encode() + b"\n"
-        while reply:
-            reply = reply[os.write(1, reply) :]
+        _send(answer)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ daemon's 2) the process is killed, and with it the state: the next ``run_code`` 
 from __future__ import annotations
 
 import asyncio
-import codecs
 import contextlib
 import fcntl
 import json
@@ -29,8 +28,11 @@ from typing import Any
 from emulator.executor.trees import chown_tree
 from emulator.faults.bodies import now_iso
 
+from .go_json import as_go_decodes
+
 _DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "interp_driver.py")
-_SENTINEL = "\x00\x1edaytona-emulator-end:{}\x1e\x00"
+#: How long the last chunk waits for the end of the run before it is sent alone (seconds).
+_HOLD_S = 0.005
 _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _NOGROUP = 65534
 
@@ -249,7 +251,6 @@ class Interpreters:
             "LC_ALL": "C.UTF-8",
             "HOME": context.home,
             "TMPDIR": context.home,
-            "PYTHONUNBUFFERED": "1",
             **context.env,
         }
         if uid is not None:
@@ -258,14 +259,13 @@ class Interpreters:
         try:
             process = await asyncio.create_subprocess_exec(
                 settings.python,
-                "-u",
                 _DRIVER,
                 json.dumps(limits),
                 "-" if uid is None else str(uid),
                 str(_NOGROUP),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,  # the worker's stderr is the daemon's log: nobody sees it
                 cwd=cwd,
                 env=env,
                 start_new_session=True,
@@ -307,9 +307,8 @@ class Interpreters:
             elif context.uid is not None:
                 _hand_over(context.home, context.uid)
             process = context.process
-            assert process is not None and process.stdin is not None
-            assert process.stdout is not None and process.stderr is not None
-            stdout, stderr = process.stdout, process.stderr
+            assert process is not None and process.stdin is not None and process.stdout is not None
+            stdout = process.stdout
             nonce = uuid.uuid4().hex
             command: dict[str, Any] = {"code": code, "envs": envs, "nonce": nonce}
             if start_at is not None:
@@ -317,57 +316,14 @@ class Interpreters:
                 timeout = timeout + max(start_at - time.monotonic(), 0.0) if timeout > 0 else timeout
             line = json.dumps(command) + "\n"
             outcome = ExecutionOutcome(error=None)
-            marker = _SENTINEL.format(nonce).encode()
+            # The last chunk is held back a moment: when the end follows at once, the two leave together (sent one
+            # turn of the event loop earlier, the frame woke the client, which then took the CPU from the server
+            # before the end of the answer was written). The output of code killed at a timeout is sent from here.
+            held: list[Frame] = []
 
-            async def emit(kind: str, text: str, last: bool = False) -> None:
-                if kind == "stdout":
-                    outcome.stdout += text
-                else:
-                    outcome.stderr += text
-                if last:
-                    outcome.unsent.append({"type": kind, "text": text})
-                else:
-                    await on_frame({"type": kind, "text": text})
-
-            # Per stream, what a pump holds back (the tail that may be the start of the marker) and its decoder:
-            # the output of code killed at a timeout, which no marker follows, is sent from there.
-            held: dict[str, bytes] = {}
-            decoders: dict[str, codecs.IncrementalDecoder] = {}
-
-            async def pump(stream: asyncio.StreamReader, kind: str) -> bytes | None:
-                """Stream ``kind`` frames up to the sentinel; return what follows it (None at EOF)."""
-                decoder = decoders[kind] = codecs.getincrementaldecoder("utf-8")("replace")
-                pending = b""
-                keep = len(marker) - 1
-                while True:
-                    chunk = await stream.read(65536)
-                    if not chunk:
-                        text = decoder.decode(pending, final=True)
-                        if text:
-                            await emit(kind, text)
-                        return None
-                    pending += chunk
-                    index = pending.find(marker)
-                    if index >= 0:
-                        held.pop(kind, None)
-                        text = decoder.decode(pending[:index], final=True)
-                        if text:
-                            await emit(kind, text, last=True)
-                        return pending[index + len(marker) :]
-                    flush, pending = pending[:-keep], pending[-keep:]
-                    held[kind] = pending
-                    text = decoder.decode(flush)
-                    if text:
-                        await emit(kind, text)
-
-            def leftovers() -> list[Frame]:
-                """The output held back when the code was killed (no marker comes): each stream's last frame."""
-                frames = []
-                for kind, pending in held.items():
-                    text = decoders[kind].decode(pending[: len(pending) - _marker_head(pending, marker)], final=True)
-                    if text:
-                        frames.append({"type": kind, "text": text})
-                return frames
+            async def send_held() -> None:
+                while held:
+                    await on_frame(held.pop(0))
 
             def cancel_if_left(watch: asyncio.Future[bool]) -> None:
                 if not watch.cancelled() and watch.exception() is None and watch.result():
@@ -380,24 +336,48 @@ class Interpreters:
                 if abandoned is not None:
                     watches.append(asyncio.ensure_future(abandoned()))
                     watches[0].add_done_callback(cancel_if_left)
-                rest, _ = await asyncio.gather(pump(stdout, "stdout"), pump(stderr, "stderr"))
-                if rest is not None and not rest.endswith(b"\n"):
-                    rest += await stdout.readline()
-                reply = _reply(rest) if rest else None
-                if reply is None:
-                    # No reply (the process exited), or one the code wrote itself (it can read its end marker from
-                    # its frames): the streams no longer line up with the runs. The context starts afresh.
-                    name, value = (
-                        ("InterpreterError", "the interpreter's reply was garbled (the code wrote its end marker?)")
-                        if rest
-                        else ("InterpreterExited", "the interpreter process exited")
-                    )
-                    outcome.error = {"name": name, "value": value, "traceback": ""}
-                    self._stop(context)
-                    return
-                outcome.error = reply.get("error")
-                outcome.cancelled = bool(reply.get("cancelled"))
-                outcome.interrupted = bool(reply.get("interrupted"))
+                deaf = False  # the daemon's reader stopped at a line past its limit: nothing more is heard
+                while True:
+                    if held and not deaf:
+                        try:
+                            raw = await asyncio.wait_for(stdout.readline(), _HOLD_S)
+                        except asyncio.TimeoutError:
+                            await send_held()
+                            continue
+                    else:
+                        raw = await stdout.readline()
+                    if not raw:
+                        # The process exited (the code ended it, or it was killed): the context starts afresh.
+                        outcome.error = {"name": "InterpreterExited", "value": "the interpreter process exited"}
+                        outcome.error["traceback"] = ""
+                        self._stop(context)
+                        return
+                    if deaf:
+                        continue  # until the timeout kills the process, as the daemon's would be
+                    message = _message(raw)
+                    if message is None:
+                        continue  # no line of ours (the code wrote to our pipe): dropped, as the daemon drops it
+                    kind = message.get("type")
+                    if kind in ("stdout", "stderr"):
+                        text = as_go_decodes(message.get("text"))
+                        if not isinstance(text, str):
+                            continue
+                        if kind == "stdout":
+                            outcome.stdout += text
+                        else:
+                            outcome.stderr += text
+                        await send_held()
+                        held.append({"type": kind, "text": text})
+                    elif message.get("overflow") is True:
+                        deaf = True
+                        await send_held()
+                    elif message.get("end") == nonce and _valid_error(message.get("error")):
+                        outcome.error = message.get("error")
+                        outcome.cancelled = bool(message.get("cancelled"))
+                        outcome.interrupted = bool(message.get("interrupted"))
+                        outcome.unsent.extend(held)
+                        held.clear()
+                        return
 
             watches: list[asyncio.Future[bool]] = []
             running = asyncio.ensure_future(finish())
@@ -408,7 +388,7 @@ class Interpreters:
                         process.send_signal(signal.SIGINT)
                     if not (await asyncio.wait({running}, timeout=self.settings.grace))[0]:
                         running.cancel()
-                        raise InterpreterTimeout(leftovers())
+                        raise InterpreterTimeout(list(held))
                 await running
             except InterpreterTimeout:
                 self._stop(context)
@@ -426,28 +406,20 @@ class Interpreters:
             return outcome
 
 
-def _marker_head(data: bytes, marker: bytes) -> int:
-    """How many of ``data``'s last bytes are the start of ``marker`` (a marker cut off by a kill is no output)."""
-    for size in range(min(len(data), len(marker) - 1), 0, -1):
-        if marker.startswith(data[-size:]):
-            return size
-    return 0
-
-
-def _reply(raw: bytes) -> dict[str, Any] | None:
-    """The driver's reply line, or None when it is not one: ``{"error": null | {name, value, traceback}}``."""
+def _message(raw: bytes) -> dict[str, Any] | None:
+    """A line of the driver's as a JSON object, or None when it is none."""
     try:
-        reply = json.loads(raw)
+        message = json.loads(raw)
     except ValueError:
         return None
-    if not isinstance(reply, dict):
-        return None
-    error = reply.get("error")
-    if error is not None and not (
+    return message if isinstance(message, dict) else None
+
+
+def _valid_error(error: Any) -> bool:
+    """An end's error: null or ``{name, value, traceback}``, each a string."""
+    return error is None or (
         isinstance(error, dict) and all(isinstance(error.get(key), str) for key in ("name", "value", "traceback"))
-    ):
-        return None
-    return reply
+    )
 
 
 def _bin_dir(python: str) -> str:

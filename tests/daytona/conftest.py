@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Iterator
+from typing import Any
 
+import aiohttp
+import httpx
 import pytest
 
 from emulator.app import Emulator, EmulatorConfig
@@ -41,3 +46,42 @@ def api_key() -> str:
 def make_server(config: EmulatedDaytona) -> EmulatorServer:
     """A separate emulator with its own Daytona configuration (use as a context manager)."""
     return EmulatorServer(Emulator(EmulatorConfig(daytona=config)))
+
+
+#: The grace of the ``graceful`` server's interpreter (the daemon's 2 s, shortened for the tests).
+GRACE = 0.5
+
+
+@pytest.fixture(scope="module")
+def graceful() -> Iterator[EmulatorServer]:
+    """A server whose interpreter gives interrupted code half a second before it kills it."""
+    with make_server(EmulatedDaytona(interpreter_grace=GRACE)) as server:
+        yield server
+
+
+@pytest.fixture
+def graceful_sandbox(graceful: EmulatorServer, api_key: str) -> Iterator[str]:
+    """A sandbox of the ``graceful`` server, deleted after the test."""
+    headers = {"Authorization": f"Bearer {api_key}"}
+    created = httpx.post(graceful.url + "/api/sandbox", json={}, headers=headers)
+    assert created.status_code == 200, created.text
+    yield str(created.json()["id"])
+    httpx.delete(graceful.url + f"/api/sandbox/{created.json()['id']}", headers=headers)
+
+
+def interpreter_frames(
+    server: EmulatorServer, api_key: str, sid: str, first: dict[str, Any]
+) -> tuple[list[dict[str, Any]], int | None]:
+    """Every text frame of one interpreter execution and the close code."""
+
+    async def frames() -> tuple[list[dict[str, Any]], int | None]:
+        url = server.url.replace("http", "ws", 1) + f"/toolbox/{sid}/process/interpreter/execute"
+        async with (
+            aiohttp.ClientSession() as session,
+            session.ws_connect(url, headers={"Authorization": f"Bearer {api_key}"}) as ws,
+        ):
+            await ws.send_str(json.dumps(first))
+            got = [json.loads(m.data) async for m in ws if m.type == aiohttp.WSMsgType.TEXT]
+            return got, ws.close_code
+
+    return asyncio.run(frames())

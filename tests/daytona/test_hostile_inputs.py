@@ -223,19 +223,31 @@ def test_an_interpreter_context_imports_what_its_start_did_not_load(
     assert {"type": "stdout", "text": "4/3 False\n"} in frames, frames
 
 
-@pytest.mark.parametrize("reply", [b"not json", b"[1]", b'{"error": 5}', b'{"error": {"name": 1}}'])
-def test_code_that_writes_its_own_end_marker_gets_an_answer(
-    client: httpx.Client, server: EmulatorServer, api_key: str, reply: bytes
+@pytest.mark.parametrize(
+    "forged",
+    [
+        b"not json",
+        b"[1]",
+        b'{"end": "another run", "error": null}',
+        b'{"end": "%(nonce)s", "error": 5}',
+        b'{"end": "%(nonce)s", "error": {"name": 1}}',
+        b'{"type": "stdout", "text": 5}',
+    ],
+)
+def test_lines_the_code_forges_on_the_drivers_pipe_are_dropped(
+    client: httpx.Client, server: EmulatorServer, api_key: str, forged: bytes
 ) -> None:
-    """The code can read its run's nonce from its frames and write the end marker with a reply of its own. A reply
-    that is none (not JSON, not an object, an error of the wrong shape) once raised in the server: the connection
-    dropped with 1006. Now it is the run's error, and the context starts afresh."""
+    """The code can find the driver's answer pipe and its run's nonce and write lines of its own there. A line that
+    is no chunk and no end of this run (not JSON, not an object, another run's end, an end whose error has the wrong
+    shape) once raised in the server (the connection dropped with 1006), then ended the context. Now it is dropped,
+    as the daemon drops the worker's lines it cannot read, and the run ends as it ends."""
     sid = _sandbox(client)
     forge = (
         "import os, sys\n"
+        "driver = sys.modules['__main__']\n"
         "nonce = sys._getframe(1).f_locals['request']['nonce']\n"
-        "marker = ('\\x00\\x1edaytona-emulator-end:%s\\x1e\\x00' % nonce).encode()\n"
-        f"os.write(2, marker)\nos.write(1, marker + {reply!r} + b'\\n')\n"
+        f"os.write(driver._Running.out, {forged!r} % {{b'nonce': nonce.encode()}} + b'\\n')\n"
+        "print('mine')\n"
     )
 
     async def scenario() -> list[list[Any]]:
@@ -244,9 +256,9 @@ def test_code_that_writes_its_own_end_marker_gets_an_answer(
             await _frames(server, api_key, sid, {"code": "print('next')"}),
         ]
 
-    forged, after = asyncio.run(scenario())
-    assert forged[-1] == 1000, forged
-    assert [f["name"] for f in forged if isinstance(f, dict) and f.get("type") == "error"] == ["InterpreterError"]
+    ran, after = asyncio.run(scenario())
+    assert ran[-1] == 1000 and {"type": "stdout", "text": "mine\n"} in ran, ran
+    assert not [f for f in ran if isinstance(f, dict) and f.get("type") == "error"], ran
     assert {"type": "stdout", "text": "next\n"} in after and after[-1] == 1000, after
 
 

@@ -13,56 +13,26 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
-import httpx
 import pytest
 from daytona import AsyncDaytona, DaytonaConfig, DaytonaTimeoutError
 
-from emulator.daytona.config import DaytonaConfig as EmulatedDaytona
 from emulator.server import EmulatorServer
 
-from .conftest import make_server
+from .conftest import interpreter_frames
 
-GRACE = 0.5
 # Waits on a SIGINT in a loop that swallows it: only the kill after the grace ends it.
 STUBBORN = "import time\nwhile True:\n    try:\n        time.sleep(30)\n    except KeyboardInterrupt:\n        pass\n"
 
 
-@pytest.fixture(scope="module")
-def graceful() -> Iterator[EmulatorServer]:
-    """A server whose interpreter gives interrupted code half a second (the daemon's 2 s, shortened for the test)."""
-    with make_server(EmulatedDaytona(interpreter_grace=GRACE)) as server:
-        yield server
-
-
 @pytest.fixture
-def sandbox(graceful: EmulatorServer, api_key: str) -> Iterator[str]:
-    headers = {"Authorization": f"Bearer {api_key}"}
-    created = httpx.post(graceful.url + "/api/sandbox", json={}, headers=headers)
-    assert created.status_code == 200, created.text
-    yield str(created.json()["id"])
-    httpx.delete(graceful.url + f"/api/sandbox/{created.json()['id']}", headers=headers)
+def sandbox(graceful_sandbox: str) -> str:
+    return graceful_sandbox
 
 
-def _send(
-    server: EmulatorServer, api_key: str, sid: str, first: dict[str, Any]
-) -> tuple[list[dict[str, Any]], int | None]:
-    """Every text frame of one execution and the close code."""
-
-    async def frames() -> tuple[list[dict[str, Any]], int | None]:
-        url = server.url.replace("http", "ws", 1) + f"/toolbox/{sid}/process/interpreter/execute"
-        async with (
-            aiohttp.ClientSession() as session,
-            session.ws_connect(url, headers={"Authorization": f"Bearer {api_key}"}) as ws,
-        ):
-            await ws.send_str(json.dumps(first))
-            got = [json.loads(m.data) async for m in ws if m.type == aiohttp.WSMsgType.TEXT]
-            return got, ws.close_code
-
-    return asyncio.run(frames())
+_send = interpreter_frames
 
 
 def _close(server: EmulatorServer, api_key: str, sid: str, first: str | dict[str, Any]) -> tuple[int | None, str]:
