@@ -35,7 +35,7 @@ from .interpreter_request import Refusal, parse_execute_request
 from .report import code_digest
 from .sandboxes import Sandbox, SandboxStore, interval_minutes
 from .throttle import Throttlers, Verdict
-from .toolbox import CommandTimeout, SandboxGone, Toolbox, delete_path
+from .toolbox import ACCEPTED, CommandTimeout, SandboxGone, Toolbox, delete_path
 
 _log = logging.getLogger(__name__)
 
@@ -394,7 +394,10 @@ class DaytonaService:
         return Response(status_code=204)
 
     async def _tb_toolbox_session_exec(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        return await self.toolbox.session_exec(sandbox, request.path_params["session"], _daemon_body(body))
+        answer = await self.toolbox.session_exec(sandbox, request.path_params["session"], _daemon_body(body))
+        if answer.pop(ACCEPTED, False):
+            return json_response(answer, 202)
+        return answer
 
     async def _tb_toolbox_session_command(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         params = request.path_params

@@ -22,9 +22,14 @@ from emulator.executor.trees import remove_tree
 
 from .errors import ApiError
 from .files import is_dir, resolve, write_text
+from .go_fields import envs_field, string_field, type_error, uint32_field
 from .sandboxes import Sandbox
 
 BASH = "/bin/bash"
+#: The key in an answer that makes it a 202 Accepted (taken out before it is sent).
+ACCEPTED = "\x00accepted"
+#: The shell the daemon finds first in the image's ``/etc/shells`` (zsh when there is one, then bash).
+SHELL = "/usr/bin/bash"
 ExecutorGetter = Callable[[], Awaitable[Executor]]
 
 
@@ -67,6 +72,12 @@ def _not_cancelling() -> bool:
     return task is not None and task.cancelling() == 0
 
 
+def _start_error(directory: str) -> str:
+    """Go's error when the daemon's shell cannot start in ``directory`` (the child's chdir fails)."""
+    reason = "not a directory" if os.path.exists(directory) else "no such file or directory"
+    return f"fork/exec {SHELL}: {reason}"
+
+
 def _combined(result: ExecutionResult) -> str:
     return (result.stdout or "") + (result.stderr or "")
 
@@ -89,22 +100,14 @@ class Toolbox:
                 if command.task is not None and not command.task.done():
                     command.task.cancel()
 
-    def _timeout(self, value: Any) -> float:
-        """The request's ``timeout`` (the daemon's ``*int64``: seconds, absent or 0 for its default); a value JSON's
-        integers cannot hold (a string, a fraction, NaN, 1e308) fails the body's unmarshalling there: 400."""
-        if value is None:
-            return self._default_timeout
-        integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-        if isinstance(value, bool) or not integral or not -(2**63) <= value < 2**63:
-            raise ApiError(400, f"invalid request body: timeout must be an integer number of seconds, got {value!r}")
-        return self._default_timeout if value <= 0 else float(value)
+    def _timeout(self, seconds: int | None) -> float:
+        """The daemon runs a command with no timeout when the request sets none or 0; here the configured default
+        (``default_command_timeout``) bounds it."""
+        return self._default_timeout if not seconds else float(seconds)
 
     @staticmethod
-    def _envs(sandbox: Sandbox, value: Any) -> dict[str, str]:
-        env = dict(sandbox.env)
-        if isinstance(value, dict):
-            env.update({str(k): str(v) for k, v in value.items()})
-        return env
+    def _envs(sandbox: Sandbox, envs: dict[str, str]) -> dict[str, str]:
+        return {**sandbox.env, **envs}
 
     async def _run(
         self,
@@ -156,27 +159,36 @@ class Toolbox:
     # ------------------------------------------------------------------ process
 
     async def execute(self, sandbox: Sandbox, body: dict[str, Any]) -> dict[str, Any]:
-        command = body.get("command")
-        if not isinstance(command, str) or not command:
-            raise ApiError(400, "command is required")
-        cwd = body.get("cwd") if isinstance(body.get("cwd"), str) else None
-        result = await self.shell(
-            sandbox, command, cwd, self._envs(sandbox, body.get("envs")), self._timeout(body.get("timeout"))
-        )
+        """``/process/execute`` as the daemon's handler: the body bound to its types, then the command checked, then
+        the env names; a ``cwd`` the shell cannot start in is exit code -1 with the start's error, HTTP 200."""
+        command = string_field(body, "command", "ExecuteRequest") or ""
+        seconds = uint32_field(body, "timeout", "ExecuteRequest")
+        cwd = string_field(body, "cwd", "ExecuteRequest")
+        envs = envs_field(body, "ExecuteRequest")
+        if not command.strip():
+            raise ApiError(400, "command cannot be empty or whitespace-only")
+        if cwd and not is_dir(resolve(sandbox, cwd)):
+            return {"exitCode": -1, "result": _start_error(resolve(sandbox, cwd))}
+        result = await self.shell(sandbox, command, cwd or None, self._envs(sandbox, envs), self._timeout(seconds))
         return {"exitCode": result.return_code if result.return_code is not None else -1, "result": _combined(result)}
 
     async def code_run(self, sandbox: Sandbox, body: dict[str, Any], python: str) -> dict[str, Any]:
-        code = body.get("code")
-        if not isinstance(code, str):
-            raise ApiError(400, "code is required")
-        language = body.get("language") or sandbox.labels.get("code-toolbox-language", "python")
-        argv_extra = body.get("argv") or []
-        if not isinstance(argv_extra, list) or not all(isinstance(a, str) for a in argv_extra):
-            raise ApiError(400, "argv must be a list of strings")
-        env = self._envs(sandbox, body.get("envs"))
-        timeout = self._timeout(body.get("timeout"))
-        if language not in ("python", "python3"):
+        """``/process/code-run`` as the daemon's handler: ``language`` is required and is one of its toolboxes'
+        names (``python``; ``javascript`` and ``typescript`` are not emulated)."""
+        prefix = ""  # the daemon's invalid-body error carries Go's message alone
+        code = string_field(body, "code", "CodeRunRequest", prefix) or ""
+        language = string_field(body, "language", "CodeRunRequest", prefix) or ""
+        argv_extra = body.get("argv")
+        if argv_extra is not None and not isinstance(argv_extra, list):
+            raise type_error(prefix, argv_extra, "CodeRunRequest", "argv", "[]string")
+        for item in argv_extra or []:
+            if not isinstance(item, str):
+                raise type_error(prefix, item, "CodeRunRequest", "argv", "string")
+        envs = envs_field(body, "CodeRunRequest", prefix)
+        timeout = self._timeout(uint32_field(body, "timeout", "CodeRunRequest", prefix))
+        if language != "python":
             raise ApiError(400, f"unsupported language: {language}")
+        env = self._envs(sandbox, envs)
         scripts = os.path.join(sandbox.root, "run")
         os.makedirs(scripts, mode=0o755, exist_ok=True)
         script = os.path.join(scripts, f"code-{uuid.uuid4().hex}.py")
@@ -193,11 +205,8 @@ class Toolbox:
             raise CommandTimeout
         if result.status == "Error":
             raise ApiError(500, result.stderr or "execution failed")
-        return {
-            "exitCode": result.return_code if result.return_code is not None else -1,
-            "result": _combined(result),
-            "artifacts": {"charts": []},
-        }
+        # No chart came (matplotlib's are not emulated): the daemon leaves ``artifacts`` out.
+        return {"exitCode": result.return_code if result.return_code is not None else -1, "result": _combined(result)}
 
     # ------------------------------------------------------------------ sessions
 
@@ -228,9 +237,12 @@ class Toolbox:
 
     async def session_exec(self, sandbox: Sandbox, session_id: str, body: dict[str, Any]) -> dict[str, Any]:
         session = self.session(sandbox, session_id)
-        command_text = body.get("command")
-        if not isinstance(command_text, str) or not command_text:
-            raise ApiError(400, "command is required")
+        command_text = string_field(body, "command", "SessionExecuteRequest") or ""
+        for flag in ("runAsync", "async", "suppressInputEcho"):
+            if body.get(flag) is not None and not isinstance(body.get(flag), bool):
+                raise type_error("invalid request body: ", body.get(flag), "SessionExecuteRequest", flag, "bool")
+        if not command_text.strip():
+            raise ApiError(400, "command cannot be empty")
         command = SessionCommand(str(uuid.uuid4()), command_text)
         session.commands[command.id] = command
 
@@ -242,7 +254,7 @@ class Toolbox:
 
         if body.get("runAsync") or body.get("async"):
             command.task = asyncio.ensure_future(run())
-            return {"cmdId": command.id}
+            return {"cmdId": command.id, ACCEPTED: True}  # the daemon answers 202 Accepted
         await run()
         return {
             "cmdId": command.id,

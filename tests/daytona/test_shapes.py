@@ -81,7 +81,9 @@ def test_toolbox_shapes(client: httpx.Client, server: EmulatorServer) -> None:
     created = _ok(client.post("/sandbox", json={"env": {}, "labels": {}}))
     assert created["toolboxProxyUrl"] == server.url + "/toolbox"
     tb = f"/toolbox/{created['id']}"
-    run = CodeRunResponse.from_dict(_ok(client.post(tb + "/process/code-run", json={"code": "print(1)"})))
+    run = CodeRunResponse.from_dict(
+        _ok(client.post(tb + "/process/code-run", json={"code": "print(1)", "language": "python"}))
+    )
     assert run is not None and run.exit_code == 0 and run.result == "1\n"
     ex = ExecuteResponse.from_dict(_ok(client.post(tb + "/process/execute", json={"command": "exit 4"})))
     assert ex is not None and ex.exit_code == 4
@@ -94,7 +96,7 @@ def test_toolbox_shapes(client: httpx.Client, server: EmulatorServer) -> None:
         _ok(client.post(tb + "/process/session/s/exec", json={"command": "echo o; echo e >&2", "runAsync": False}))
     )
     assert sync is not None and sync.stdout == "o\n" and sync.stderr == "e\n" and sync.exit_code == 0
-    started = _ok(client.post(tb + "/process/session/s/exec", json={"command": "echo later", "runAsync": True}))
+    started = _ok(client.post(tb + "/process/session/s/exec", json={"command": "echo later", "runAsync": True}), 202)
     command_id = SessionExecuteResponse.from_dict(started).cmd_id  # type: ignore[union-attr]
     for _ in range(100):
         command = Command.from_dict(_ok(client.get(f"{tb}/process/session/s/command/{command_id}")))

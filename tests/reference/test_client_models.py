@@ -112,7 +112,9 @@ def test_control_plane_answers_parse(client: httpx.Client) -> None:
 def test_toolbox_answers_parse(client: httpx.Client) -> None:
     sid = _json(client.post("/api/sandbox", json={}))["id"]
     tb = f"/toolbox/{sid}"
-    run = CodeRunResponse.from_dict(_json(client.post(tb + "/process/code-run", json={"code": "print(6*7)"})))
+    run = CodeRunResponse.from_dict(
+        _json(client.post(tb + "/process/code-run", json={"code": "print(6*7)", "language": "python"}))
+    )
     assert run is not None and run.result == "42\n"
     ex = ExecuteResponse.from_dict(_json(client.post(tb + "/process/execute", json={"command": "echo a"})))
     assert ex is not None and ex.result == "a\n"

@@ -1,0 +1,145 @@
+"""Toolbox request bodies are bound as the daemon's Go handlers bind them (its v0.190 source: ``execute.go``,
+``coderun/handler.go``, ``session/execute.go``): each field to its Go type, a value of another type failing the body
+with Go's message (400); a command of only whitespace refused; environment names checked; a ``cwd`` where the shell
+cannot start answered 200 with exit code -1; ``language`` required by ``code-run``; ``artifacts`` left out when no
+chart came; an asynchronous session command answered 202.
+
+Why it matters to a trainer: a tool that sends a timeout of ``1.5`` or an env value that is a number works on a
+lenient emulator and fails on the real service, in the middle of a GPU run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from daytona import Daytona, DaytonaConfig, SessionExecuteRequest
+
+from emulator.server import EmulatorServer
+
+
+@pytest.fixture
+def tb(server: EmulatorServer, api_key: str) -> tuple[httpx.Client, str]:
+    client = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
+    created = client.post("/api/sandbox", json={})
+    assert created.status_code == 200, created.text
+    return client, f"/toolbox/{created.json()['id']}"
+
+
+def _message(response: httpx.Response, status: int = 400) -> str:
+    assert response.status_code == status, response.text
+    return str(response.json()["message"])
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({}, "command cannot be empty or whitespace-only"),
+        ({"command": " \t\n"}, "command cannot be empty or whitespace-only"),
+        (
+            {"command": 5},
+            "invalid request body: json: cannot unmarshal number into Go struct field ExecuteRequest.command of type"
+            " string",
+        ),
+        (
+            {"command": "true", "timeout": -1},
+            "invalid request body: json: cannot unmarshal number -1 into Go struct field ExecuteRequest.timeout of"
+            " type uint32",
+        ),
+        (
+            {"command": "true", "timeout": 1.5},
+            "invalid request body: json: cannot unmarshal number 1.5 into Go struct field ExecuteRequest.timeout of"
+            " type uint32",
+        ),
+        (
+            {"command": "true", "timeout": 2**32},
+            f"invalid request body: json: cannot unmarshal number {2**32} into Go struct field"
+            " ExecuteRequest.timeout of type uint32",
+        ),
+        (
+            {"command": "true", "timeout": "5"},
+            "invalid request body: json: cannot unmarshal string into Go struct field ExecuteRequest.timeout of"
+            " type uint32",
+        ),
+        (
+            {"command": "true", "envs": {"A": 1}},
+            "invalid request body: json: cannot unmarshal number into Go struct field ExecuteRequest.envs of type"
+            " string",
+        ),
+        ({"command": "true", "envs": {"A-B": "1"}}, "invalid environment variable name: 'A-B'"),
+        ({"command": "true", "envs": {"1A": "1"}}, "invalid environment variable name: '1A'"),
+    ],
+)
+def test_execute_refuses_what_the_daemon_refuses(tb: tuple[httpx.Client, str], body: Any, message: str) -> None:
+    client, prefix = tb
+    assert _message(client.post(prefix + "/process/execute", json=body)) == message
+
+
+def test_execute_where_the_shell_cannot_start_is_exit_code_minus_one(tb: tuple[httpx.Client, str]) -> None:
+    client, prefix = tb
+    missing = client.post(prefix + "/process/execute", json={"command": "pwd", "cwd": "/home/daytona/nope"})
+    assert missing.status_code == 200
+    assert missing.json() == {"exitCode": -1, "result": "fork/exec /usr/bin/bash: no such file or directory"}
+    client.post(prefix + "/process/execute", json={"command": "touch plain"})
+    a_file = client.post(prefix + "/process/execute", json={"command": "pwd", "cwd": "/home/daytona/plain"})
+    assert a_file.json() == {"exitCode": -1, "result": "fork/exec /usr/bin/bash: not a directory"}
+
+
+def test_execute_takes_a_zero_timeout_and_good_env_names(tb: tuple[httpx.Client, str]) -> None:
+    client, prefix = tb
+    body = {"command": "echo $_A1", "timeout": 0, "envs": {"_A1": "ok"}}
+    answer = client.post(prefix + "/process/execute", json=body)
+    assert answer.status_code == 200 and answer.json() == {"exitCode": 0, "result": "ok\n"}
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"code": "print(1)"}, "unsupported language: "),
+        ({"code": "print(1)", "language": "python3"}, "unsupported language: python3"),
+        (
+            {"code": "print(1)", "language": "python", "argv": "a b"},
+            "json: cannot unmarshal string into Go struct field CodeRunRequest.argv of type []string",
+        ),
+        ({"code": "print(1)", "language": "python", "envs": {"": "x"}}, "invalid environment variable name: ''"),
+    ],
+)
+def test_code_run_refuses_what_the_daemon_refuses(tb: tuple[httpx.Client, str], body: Any, message: str) -> None:
+    client, prefix = tb
+    assert _message(client.post(prefix + "/process/code-run", json=body)) == message
+
+
+def test_code_run_leaves_artifacts_out_when_no_chart_came(tb: tuple[httpx.Client, str]) -> None:
+    client, prefix = tb
+    answer = client.post(prefix + "/process/code-run", json={"code": "print(2 + 2)", "language": "python"})
+    assert answer.status_code == 200 and answer.json() == {"exitCode": 0, "result": "4\n"}
+
+
+def test_session_commands_are_checked_and_an_async_one_is_accepted(tb: tuple[httpx.Client, str]) -> None:
+    client, prefix = tb
+    assert client.post(prefix + "/process/session", json={"sessionId": "s"}).status_code == 201
+    assert (
+        _message(client.post(prefix + "/process/session/s/exec", json={"command": "  "})) == "command cannot be empty"
+    )
+    assert _message(client.post(prefix + "/process/session/s/exec", json={"command": "true", "runAsync": "yes"})) == (
+        "invalid request body: json: cannot unmarshal string into Go struct field SessionExecuteRequest.runAsync of"
+        " type bool"
+    )
+    accepted = client.post(prefix + "/process/session/s/exec", json={"command": "echo later", "runAsync": True})
+    assert accepted.status_code == 202 and set(accepted.json()) == {"cmdId"}
+
+
+def test_the_sdk_reads_these_answers(api_url: str, api_key: str) -> None:
+    daytona = Daytona(DaytonaConfig(api_url=api_url, api_key=api_key))
+    sandbox = daytona.create()
+    try:
+        missing = sandbox.process.exec("pwd", cwd="/home/daytona/nope")
+        assert missing.exit_code == -1 and "no such file or directory" in missing.result
+        ran = sandbox.process.code_run("print(6 * 7)")
+        assert ran.exit_code == 0 and ran.result == "42\n" and ran.artifacts.charts == []
+        sandbox.process.create_session("s")
+        started = sandbox.process.execute_session_command("s", SessionExecuteRequest(command="echo x", run_async=True))
+        assert started.cmd_id
+    finally:
+        sandbox.delete()
