@@ -6,9 +6,7 @@ home; any other absolute path lands under the sandbox's private ``fs/`` tree. No
 
 from __future__ import annotations
 
-import grp
 import os
-import pwd
 import stat
 import time
 import urllib.parse
@@ -130,11 +128,8 @@ def multipart_body(parts: list[tuple[str, str, str, bytes]]) -> tuple[bytes, str
     return bytes(out), f"multipart/form-data; boundary={boundary}"
 
 
-def _name(lookup: Any, ident: int) -> str:
-    try:
-        return str(lookup(ident)[0])
-    except (KeyError, OverflowError):
-        return "daytona"
+#: The user (and group) a Daytona sandbox's files belong to.
+SANDBOX_USER = "daytona"
 
 
 def file_info(path: str, shown_path: str) -> dict[str, Any]:
@@ -149,8 +144,10 @@ def file_info(path: str, shown_path: str) -> dict[str, Any]:
         "size": int(st.st_size),
         "mode": stat.filemode(st.st_mode),
         "permissions": f"{stat.S_IMODE(st.st_mode):04o}",
-        "owner": _name(pwd.getpwuid, st.st_uid),
-        "group": _name(grp.getgrgid, st.st_gid),
+        # The sandbox's user, whose the daemon's files are: here a file belongs to the uid of the run that holds the
+        # home, or to root between runs (see emulator.executor.holders), neither of which the real service shows.
+        "owner": SANDBOX_USER,
+        "group": SANDBOX_USER,
         "modTime": go_time,
         "modifiedAt": mtime.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
     }

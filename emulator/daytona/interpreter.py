@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from emulator.executor.trees import chown_tree
+from emulator.executor.holders import HOLDERS
 from emulator.faults.bodies import now_iso
 
 from .go_json import as_go_decodes
@@ -169,7 +169,14 @@ def _kill_uid(uid: int) -> None:
 
 
 def _hand_over(root: str, uid: int) -> None:
-    chown_tree(root, uid, _NOGROUP)
+    """The home goes to the context's uid, which holds it until the context ends (see ``HOLDERS``)."""
+    HOLDERS.take(root, uid, _NOGROUP)
+
+
+def _hand_back(root: str, uid: int | None) -> None:
+    """The context's uid is gone (its processes killed): the home goes to the holder left, or root."""
+    if uid is not None:
+        HOLDERS.let_go(root, uid)
 
 
 class Interpreters:
@@ -233,7 +240,8 @@ class Interpreters:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
         uid, context.uid = context.uid, None
-        self._uids.give(uid)
+        self._uids.give(uid)  # kills what is left under the uid
+        _hand_back(context.home, uid)  # at once: no other context can take the uid before
 
     async def _start(self, context: Context) -> None:
         settings = self.settings
@@ -273,6 +281,7 @@ class Interpreters:
             )
         except BaseException:
             self._uids.give(uid)
+            _hand_back(context.home, uid)
             raise
         context.process, context.uid = process, uid
         if context.closed:  # the sandbox (or the context) went while the process was starting: it must not run

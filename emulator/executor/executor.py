@@ -17,6 +17,7 @@ from typing import Any
 
 from . import start_gate
 from .capture import decode_output
+from .holders import HOLDERS
 from .model import ExecutionRequest, ExecutionResult, ExecutorConfig
 from .trees import chown_tree
 from .workdir import DeferredWorkdir, Workdir
@@ -172,6 +173,7 @@ class Executor:
         self._ready = 0  # runs waiting through a start gate, forked and set up (see _take_start_gate)
         self._uid_slots: asyncio.Semaphore | None = None
         self._workdirs: set[str] = set()
+        self._held: dict[int, str] = {}  # uid -> the work dir its run holds (handed back at the uid's release)
         self._nest: str | None = None
         runtime_bin = os.path.dirname(os.path.abspath(self.config.python))
         self._path_env = f"{runtime_bin}:{_SYSTEM_PATH}"
@@ -212,11 +214,16 @@ class Executor:
                 os.rmdir(self._nest)  # the last home left a closed executor's nest
 
     def _hand_over(self, cwd: str, uid: int, gid: int) -> None:
-        """Chown one of our work dirs (recursively) to the uid of the coming execution."""
+        """Chown one of our work dirs (recursively) to the uid of the coming execution, which holds it until its end
+        (see :mod:`.holders`: with an exclusive uid, the tree is handed back when the uid goes back to the pool)."""
         root = os.path.realpath(cwd)
         if root not in self._workdirs:
             return  # never chown a directory we did not create
-        chown_tree(root, uid, gid)
+        if self._exclusive_uids:
+            HOLDERS.take(root, uid, gid)
+            self._held[uid] = root
+        else:
+            chown_tree(root, uid, gid)
 
     async def _acquire_uid(self) -> int | None:
         if self._uid_base is None:
@@ -237,7 +244,12 @@ class Executor:
         self._release_uid(uid)
 
     def _release_uid(self, uid: int | None) -> None:
-        if uid is None or not self._exclusive_uids or self._uid_slots is None:
+        if uid is None or not self._exclusive_uids:
+            return
+        held = self._held.pop(uid, None)
+        if held is not None:  # before another run, of any sandbox, can get the uid
+            HOLDERS.let_go(held, uid)
+        if self._uid_slots is None:
             return
         self._free_uids.append(uid)
         self._uid_slots.release()
