@@ -8,7 +8,6 @@ a non-zero exit is HTTP 200 with ``exitCode``; a timeout is 408 ``REQUEST_TIMEOU
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import shlex
 import stat
@@ -21,7 +20,7 @@ from emulator.executor import ExecutionRequest, ExecutionResult, Executor
 from emulator.executor.trees import remove_tree
 
 from .errors import ApiError
-from .files import is_dir, resolve, write_text
+from .files import is_dir, resolve
 from .go_fields import envs_field, string_field, type_error, uint32_field
 from .sandboxes import Sandbox
 
@@ -189,18 +188,10 @@ class Toolbox:
         if language != "python":
             raise ApiError(400, f"unsupported language: {language}")
         env = self._envs(sandbox, envs)
-        scripts = os.path.join(sandbox.root, "run")
-        os.makedirs(scripts, mode=0o755, exist_ok=True)
-        script = os.path.join(scripts, f"code-{uuid.uuid4().hex}.py")
-        write_text(script, code)
-        try:
-            if argv_extra:
-                result = await self._run([python, "-u", script, *argv_extra], sandbox, env, timeout)
-            else:
-                result = await self._run([python, script], sandbox, env, timeout, script=script)
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(script)
+        # As the daemon runs it: ``python3 -u - <argv>`` reading the code from its stdin (``<stdin>`` in tracebacks,
+        # ``sys.argv[0] == '-'``, an empty stdin left to the code); the fast path when there is no argv.
+        program = code.encode("utf-8", "surrogateescape")
+        result = await self._run([python, "-u", "-", *(argv_extra or [])], sandbox, env, timeout, stdin=program)
         if result.status == "TimeLimitExceeded":
             raise CommandTimeout
         if result.status == "Error":

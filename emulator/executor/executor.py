@@ -25,6 +25,12 @@ from .zygote import Pending, Zygote, ZygoteLost
 
 _log = logging.getLogger(__name__)
 
+
+def _program_on_stdin(request: ExecutionRequest) -> bool:
+    """``python -`` or ``python -u -``: the interpreter reads its program from stdin (and takes no other argument)."""
+    argv = request.argv
+    return request.stdin is not None and len(argv) in (2, 3) and argv[-1] == "-" and list(argv[1:-1]) in ([], ["-u"])
+
 _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _DEFAULT_UID_BASE = 200000
 _DEFAULT_GID = 65534
@@ -336,10 +342,13 @@ class Executor:
     # --- running -------------------------------------------------------------------------
 
     def _use_fast_path(self, request: ExecutionRequest) -> bool:
-        if self.config.python_mode != "fast" or request.python_script is None:
+        if self.config.python_mode != "fast":
             return False
         argv = list(request.argv)
-        if len(argv) != 2 or argv[1] != request.python_script:
+        if request.python_script is None:
+            if not _program_on_stdin(request):
+                return False
+        elif len(argv) != 2 or argv[1] != request.python_script:
             return False
         if argv[0] != self.config.python and argv[0] not in ("python", "python3"):
             return False
@@ -423,7 +432,11 @@ class Executor:
             "limits": self._limits(request),
         }
         blobs: list[bytes] = []
-        if request.stdin:
+        if fast and request.python_script is None:  # ``python -``: the program is the stdin, the program's is empty
+            msg["program_on_stdin"] = True
+            msg["source"] = len(blobs)
+            blobs.append(request.stdin or b"")
+        elif request.stdin:
             msg["stdin"] = len(blobs)
             blobs.append(request.stdin)
         setup = request.setup

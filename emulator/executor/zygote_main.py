@@ -408,6 +408,7 @@ class _Job:
         self.error = error
         self.argv0 = argv0
         self.load = code is None and error is None  # the child reads and compiles the file
+        self.source: bytes | None = None  # a program read from stdin: what the child compiles, with no file
         self.gc_counts = (0, 0)  # gc.get_count()[1:] at the fork
         self.done: mmap.mmap | None = None  # the page shared with the zygote only (see _done_early)
         self.learn: list[tuple[int, int]] | None = None  # sampled: the regions to scan (see _learn)
@@ -874,31 +875,40 @@ _CURRENT_ENVIRON: list[_Environ | None] = [None]
 
 def _build_main(req: dict[str, Any], source: bytes | None) -> _Main:
     """Everything :func:`_fork_run` installs for one fast-path child, built without touching the interpreter's
-    state (so a whole batch is built before its first fork)."""
-    path: str = req["script"]
+    state (so a whole batch is built before its first fork).
+
+    ``program_on_stdin``: the child looks like ``python [-u] -`` reading ``source`` from its stdin (``<stdin>`` in
+    tracebacks, ``sys.argv == ['-']``, the current directory first on ``sys.path``), and its own stdin is empty, as
+    the real one's is once the interpreter has read the program to its end."""
+    on_stdin = bool(req.get("program_on_stdin"))
+    path: str = "<stdin>" if on_stdin else req["script"]
     main = _Main()
     argv0: str = req["argv"][0]
-    main.argv = [path]
-    main.orig_argv = [argv0, path]
-    script_dir = req.get("script_dir") or os.path.dirname(os.path.realpath(path))
+    main.argv = ["-"] if on_stdin else [path]
+    main.orig_argv = list(req["argv"]) if on_stdin else [argv0, path]
+    script_dir = "" if on_stdin else req.get("script_dir") or os.path.dirname(os.path.realpath(path))
     main.path = [script_dir, *_BASE_PATH]
     main.environ = _Environ(req["env"])
     import importlib.machinery
 
-    # Same keys, in the same order, as the __main__ of ``python <file>``.
+    # Same keys, in the same order, as the __main__ of ``python <file>`` (of ``python -``).
     module = types.ModuleType("__main__")
     namespace = module.__dict__
     namespace["__annotations__"] = {}
     namespace["__builtins__"] = builtins
     namespace["__file__"] = path
     namespace["__cached__"] = None
-    namespace["__loader__"] = importlib.machinery.SourceFileLoader("__main__", path)
+    namespace["__loader__"] = (
+        importlib.machinery.BuiltinImporter if on_stdin else importlib.machinery.SourceFileLoader("__main__", path)
+    )
     main.module = module
     if source is None:
         main.job = _Job(namespace, None, None, argv0)
     else:
         code, error = _compile(source, path)
         main.job = _Job(namespace, code, error, argv0)
+        if on_stdin:
+            main.job.source = source  # no file to read it again from, should the child compile it itself
     return main
 
 
@@ -926,9 +936,11 @@ def _compile(source: bytes, path: str) -> tuple[types.CodeType | None, BaseExcep
 def _child_load(job: _Job) -> None:
     """In the child: read and compile the script when the zygote did not."""
     path = job.namespace["__file__"]
+    source = job.source
     try:
-        with open(path, "rb") as f:
-            source = f.read()
+        if source is None:
+            with open(path, "rb") as f:
+                source = f.read()
     except OSError as exc:
         sys.stderr.write(f"{job.argv0}: can't open file {path!r}: [Errno {exc.errno}] {exc.strerror}\n")
         sys.stderr.flush()

@@ -143,3 +143,28 @@ def test_the_sdk_reads_these_answers(api_url: str, api_key: str) -> None:
         assert started.cmd_id
     finally:
         sandbox.delete()
+
+
+def test_code_run_reads_the_program_from_stdin_as_the_daemons_python_does(tb: tuple[httpx.Client, str]) -> None:
+    """The daemon pipes the code into ``python3 -u -``: ``<stdin>`` in tracebacks, ``sys.argv[0] == '-'``, the
+    current directory first on ``sys.path``, ``__file__ == '<stdin>'``, and an empty stdin for the code, with or
+    without ``argv`` (the emulator's fast path, and a real ``python -``)."""
+    client, prefix = tb
+    code = (
+        "import sys\n"
+        "print(sys.argv, repr(sys.path[0]), __file__, repr(sys.stdin.read()))\n"
+        "def f():\n"
+        "    raise ValueError('boom')\n"
+        "f()\n"
+    )
+    for argv, shown in (([], "['-']"), (["a", "b"], "['-', 'a', 'b']")):
+        body = {"code": code, "language": "python", "argv": argv}
+        answer = client.post(prefix + "/process/code-run", json=body).json()
+        assert answer["exitCode"] == 1
+        assert answer["result"] == (
+            f"{shown} '' <stdin> ''\n"
+            "Traceback (most recent call last):\n"
+            '  File "<stdin>", line 5, in <module>\n'
+            '  File "<stdin>", line 4, in f\n'
+            "ValueError: boom\n"
+        ), answer
