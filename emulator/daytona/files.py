@@ -128,28 +128,62 @@ def multipart_body(parts: list[tuple[str, str, str, bytes]]) -> tuple[bytes, str
     return bytes(out), f"multipart/form-data; boundary={boundary}"
 
 
-#: The user (and group) a Daytona sandbox's files belong to.
-SANDBOX_USER = "daytona"
+#: The owner and group the daemon shows for a sandbox's files: its ``FileInfo`` holds the numeric ids, and the
+#: sandbox image's user (``useradd -m daytona``, the first user) is 1000. Here a file belongs to the uid of the run
+#: that holds the home, or to root between runs (see ``emulator.executor.holders``), which the service never shows.
+SANDBOX_UID = "1000"
+
+# Go's FileMode.String(): one letter per type or flag bit set, in this order, then rwx for the permission bits.
+_GO_MODE_LETTERS = "dalTLDpSugct?"
+
+
+def go_file_mode(mode: int) -> str:
+    """``mode`` (an ``st_mode``) as Go's ``FileMode.String()`` writes it (``dtrwxrwxrwx`` for a sticky directory,
+    ``urwxr-xr-x`` for a setuid file, ``Dcrw-rw-rw-`` for a character device)."""
+    flags = {
+        "d": stat.S_ISDIR(mode),
+        "L": stat.S_ISLNK(mode),
+        "D": stat.S_ISBLK(mode) or stat.S_ISCHR(mode),
+        "p": stat.S_ISFIFO(mode),
+        "S": stat.S_ISSOCK(mode),
+        "u": bool(mode & stat.S_ISUID),
+        "g": bool(mode & stat.S_ISGID),
+        "c": stat.S_ISCHR(mode),
+        "t": bool(mode & stat.S_ISVTX),
+    }
+    head = "".join(letter for letter in _GO_MODE_LETTERS if flags.get(letter)) or "-"
+    return head + "".join(c if mode & (1 << (8 - i)) else "-" for i, c in enumerate("rwxrwxrwx"))
+
+
+def _go_times(mtime_ns: int) -> tuple[str, str]:
+    """A modification time as Go writes it: ``time.String()`` (``2026-06-01 15:16:34.12 +0000 UTC``) and JSON's
+    RFC 3339 (``2026-06-01T15:16:34.12Z``), nanoseconds with their trailing zeros dropped (and the dot with none)."""
+    seconds, nanos = divmod(mtime_ns, 1_000_000_000)
+    when = datetime.fromtimestamp(seconds, tz=timezone.utc)
+    digits = f"{nanos:09d}".rstrip("0")
+    fraction = f".{digits}" if digits else ""
+    return (
+        when.strftime("%Y-%m-%d %H:%M:%S") + fraction + " +0000 UTC",
+        when.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z",
+    )
 
 
 def file_info(path: str, shown_path: str) -> dict[str, Any]:
-    """FileInfo JSON (the daemon's field names and formats)."""
-    st = os.lstat(path)
-    mtime = datetime.fromtimestamp(st.st_mtime, tz=timezone.utc)
-    go_time = mtime.strftime("%Y-%m-%d %H:%M:%S.%f") + " +0000 UTC"
+    """FileInfo JSON, as the daemon's ``getFileInfo`` makes it: of what a link leads to (``os.Stat``), the mode as Go
+    writes it, ``permissions`` the nine permission bits only, owner and group as numbers."""
+    st = os.stat(path)
+    mod_time, modified_at = _go_times(st.st_mtime_ns)
     return {
         "name": os.path.basename(shown_path.rstrip("/")) or "/",
         "path": shown_path,
         "isDir": stat.S_ISDIR(st.st_mode),
         "size": int(st.st_size),
-        "mode": stat.filemode(st.st_mode),
-        "permissions": f"{stat.S_IMODE(st.st_mode):04o}",
-        # The sandbox's user, whose the daemon's files are: here a file belongs to the uid of the run that holds the
-        # home, or to root between runs (see emulator.executor.holders), neither of which the real service shows.
-        "owner": SANDBOX_USER,
-        "group": SANDBOX_USER,
-        "modTime": go_time,
-        "modifiedAt": mtime.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+        "mode": go_file_mode(st.st_mode),
+        "permissions": f"{st.st_mode & 0o777:04o}",
+        "owner": SANDBOX_UID,
+        "group": SANDBOX_UID,
+        "modTime": mod_time,
+        "modifiedAt": modified_at,
     }
 
 

@@ -482,11 +482,18 @@ class DaytonaService:
     async def _tb_toolbox_files_list(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         path = request.query_params.get("path") or sandbox.home
         target = resolve(sandbox, path)
-        names = sorted(os.listdir(target))
-        return [file_info(os.path.join(target, n), path.rstrip("/") + "/" + n) for n in names]
+        entries = []
+        for name in sorted(os.listdir(target)):
+            try:
+                entries.append(file_info(os.path.join(target, name), path.rstrip("/") + "/" + name))
+            except OSError:
+                continue  # a link that leads nowhere: the daemon leaves out what it cannot stat
+        return entries
 
     async def _tb_toolbox_files_info(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         path = request.query_params.get("path", "")
+        if not path:
+            raise ApiError(400, "path is required")
         return file_info(resolve(sandbox, path), path)
 
     async def _tb_toolbox_files_delete(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:

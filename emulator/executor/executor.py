@@ -31,6 +31,7 @@ def _program_on_stdin(request: ExecutionRequest) -> bool:
     argv = request.argv
     return request.stdin is not None and len(argv) in (2, 3) and argv[-1] == "-" and list(argv[1:-1]) in ([], ["-u"])
 
+
 _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _DEFAULT_UID_BASE = 200000
 _DEFAULT_GID = 65534

@@ -117,11 +117,11 @@ def test_an_interpreter_context_cannot_write_where_its_uid_ran_for_another_sandb
     assert _execute(client, victim, "cat data/notes.txt; ls data")["result"] == "mine" + "notes.txt\n"
 
 
-def test_the_file_api_shows_the_sandboxs_user_between_runs(two_uids: EmulatorServer, client: httpx.Client) -> None:
+def test_the_file_api_shows_the_sandbox_users_ids_between_runs(two_uids: EmulatorServer, client: httpx.Client) -> None:
     sid = _sandbox(client)
     _execute(client, sid, "mkdir d && touch d/f")
     home = two_uids.emulator.daytona.store.get(sid).home
     assert os.stat(os.path.join(home, "d", "f")).st_uid == 0  # handed back to root after the run
     listed = client.get(f"/toolbox/{sid}/files", params={"path": "d"})
     assert listed.status_code == 200, listed.text
-    assert [(f["name"], f["owner"], f["group"]) for f in listed.json()] == [("f", "daytona", "daytona")]
+    assert [(f["name"], f["owner"], f["group"]) for f in listed.json()] == [("f", "1000", "1000")]
