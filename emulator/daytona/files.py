@@ -111,9 +111,9 @@ def _part(raw: bytes) -> tuple[dict[str, str], bytes]:
     return info, payload
 
 
-def multipart_body(parts: list[tuple[str, str, str, bytes]]) -> tuple[bytes, str]:
+def multipart_body(parts: list[tuple[str, str, str, bytes]], boundary: str | None = None) -> tuple[bytes, str]:
     """Build a ``multipart/form-data`` answer from (field name, filename, content type, payload)."""
-    boundary = uuid.uuid4().hex
+    boundary = boundary or uuid.uuid4().hex
     out = bytearray()
     for name, filename, ctype, payload in parts:
         quoted = filename.replace("\\", "\\\\").replace('"', '\\"')
