@@ -203,6 +203,15 @@ class Interpreters:
             contexts["default"] = context
         return context
 
+    async def start(self, context: Context) -> None:
+        """Start the context's process now (the daemon starts it when the context is created)."""
+        async with context.lock:
+            if context.closed:
+                raise RuntimeError("context deleted")
+            if context.process is None or context.process.returncode is not None:
+                self._stop(context)
+                await self._start(context)
+
     def get(self, sandbox_id: str, context_id: str) -> Context | None:
         return self._contexts.get(sandbox_id, {}).get(context_id)
 

@@ -28,7 +28,18 @@ from emulator.journal import retry_after_detail
 
 from .config import AUTHENTICATED, SANDBOX_CREATE, SANDBOX_LIFECYCLE, DaytonaConfig
 from .errors import DAEMON_SOURCE, ApiError, api_error, daemon_error, json_response
-from .files import file_info, is_dir, make_dirs, multipart_body, parse_multipart, read_file, resolve, write_file
+from .files import (
+    file_info,
+    is_dir,
+    make_dirs,
+    multipart_body,
+    not_a_dir_reason,
+    parse_multipart,
+    read_file,
+    resolve,
+    write_file,
+)
+from .go_fields import string_field
 from .go_json import as_go_decodes
 from .interpreter import Context, Interpreters, InterpreterSettings, InterpreterTimeout
 from .interpreter_request import Refusal, parse_execute_request
@@ -408,13 +419,22 @@ class DaytonaService:
         return self.toolbox.logs(sandbox, params["session"], params["command"])
 
     async def _tb_interpreter_context_create(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        """As the daemon's ``CreateContext``: the context's process starts now (``active: true``), in ``cwd``; one
+        it cannot start in is a 500, as the worker's start fails there."""
         data = _daemon_body(body)
-        cwd = data.get("cwd")
-        target = resolve(sandbox, cwd) if isinstance(cwd, str) and cwd else sandbox.home
-        language = data.get("language") if isinstance(data.get("language"), str) else "python"
+        prefix = "invalid request payload: "
+        cwd = string_field(data, "cwd", "CreateContextRequest", prefix)
+        language = string_field(data, "language", "CreateContextRequest", prefix)
+        language = "python" if language is None else language
         if language != "python":
-            raise ApiError(400, f"unsupported language: {language}")
+            raise ApiError(400, f"unsupported language: {language} (only 'python' is supported currently)")
+        target = resolve(sandbox, cwd) if cwd else sandbox.home
+        if not is_dir(target):
+            reason = not_a_dir_reason(target)
+            raise ApiError(500, f"failed to start context: failed to start Python worker: chdir {cwd}: {reason}")
+        await self._ensure_home(sandbox)
         context = self.interpreters.create(sandbox.id, sandbox.home, sandbox.env, target, language)
+        await self.interpreters.start(context)
         return context.to_json()
 
     async def _tb_interpreter_context_list(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
@@ -424,10 +444,10 @@ class DaytonaService:
     async def _tb_interpreter_context_delete(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         context_id = request.path_params["context"]
         if context_id == "default":
-            raise ApiError(400, "the default context cannot be deleted")
+            raise ApiError(400, "cannot delete default context")
         if not self.interpreters.delete(sandbox.id, context_id):
-            raise ApiError(404, f"context {context_id} not found")
-        return {"message": f"context {context_id} deleted"}
+            raise ApiError(404, f"context with ID '{context_id}' not found")
+        return {"message": "Context deleted successfully"}
 
     async def _tb_toolbox_files_upload(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         parts = parse_multipart(body, request.headers.get("content-type"))

@@ -20,7 +20,7 @@ from emulator.executor import ExecutionRequest, ExecutionResult, Executor
 from emulator.executor.trees import remove_tree
 
 from .errors import ApiError
-from .files import is_dir, resolve
+from .files import is_dir, not_a_dir_reason, resolve
 from .go_fields import envs_field, string_field, type_error, uint32_field
 from .sandboxes import Sandbox
 
@@ -73,8 +73,7 @@ def _not_cancelling() -> bool:
 
 def _start_error(directory: str) -> str:
     """Go's error when the daemon's shell cannot start in ``directory`` (the child's chdir fails)."""
-    reason = "not a directory" if os.path.exists(directory) else "no such file or directory"
-    return f"fork/exec {SHELL}: {reason}"
+    return f"fork/exec {SHELL}: {not_a_dir_reason(directory)}"
 
 
 def _combined(result: ExecutionResult) -> str:
