@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import stat
-import time
 import urllib.parse
 import uuid
 from datetime import datetime, timezone
@@ -16,6 +15,14 @@ from typing import Any
 
 from .errors import ApiError
 from .sandboxes import Sandbox
+
+
+def _bases(sandbox: Sandbox) -> list[str]:
+    return [os.path.realpath(base) for base in (sandbox.home, sandbox.root)]
+
+
+def _inside(bases: list[str], real: str) -> bool:
+    return any(real == base or real.startswith(base + os.sep) for base in bases)
 
 
 def resolve(sandbox: Sandbox, path: str) -> str:
@@ -38,10 +45,10 @@ def resolve(sandbox: Sandbox, path: str) -> str:
     # the link led (a lexical normpath would drop "link/.." before following the link, and so act on a path other than
     # the one checked). The last component is kept as a name (deleting a link removes the link), but where it leads
     # must be inside the sandbox too, since reads and writes follow it.
-    bases = [os.path.realpath(base) for base in (sandbox.home, sandbox.root)]
+    bases = _bases(sandbox)
 
     def inside(real: str) -> bool:
-        return any(real == base or real.startswith(base + os.sep) for base in bases)
+        return _inside(bases, real)
 
     raw = target.rstrip("/") or "/"
     parent, name = os.path.split(raw)
@@ -206,13 +213,29 @@ def make_dirs(path: str, mode: int = 0o777) -> None:
                 raise
 
 
-def write_file(target: str, data: bytes) -> None:
-    make_dirs(os.path.dirname(target))
-    tmp = f"{target}.{os.getpid()}.{time.monotonic_ns()}.part"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, target)
+def write_file(sandbox: Sandbox, target: str, data: bytes) -> None:
+    """Write ``data`` at ``target`` (from :func:`resolve`) as the daemon's ``os.Create`` does: an existing file is
+    truncated and written in place (its inode, mode and other links kept), through a link at the name; a new one is
+    0644 (0666 under the daemon's umask 022); missing parents are made 0755.
+
+    Where a link at the name leads is checked again here, and the file is opened without following a link, so a
+    program that swaps the name for a link to a host file after :func:`resolve` makes this fail, not write there."""
+    make_dirs(os.path.dirname(target), 0o755)
+    final = os.path.realpath(target)
+    if not _inside(_bases(sandbox), final):
+        raise ApiError(400, f"path escapes the sandbox: {target}")
+    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(final, flags | os.O_CREAT | os.O_EXCL, 0o644)
+        os.fchmod(fd, 0o644)  # whatever this process's umask
+    except FileExistsError:
+        fd = os.open(final, flags | os.O_TRUNC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 def read_file(target: str) -> bytes:

@@ -450,25 +450,34 @@ class DaytonaService:
         return {"message": "Context deleted successfully"}
 
     async def _tb_toolbox_files_upload(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        """``/files/bulk-upload`` as the daemon's ``UploadFiles``: ``files[i].path`` (trimmed) names where
+        ``files[i].file`` goes; each file is written in place (see :func:`write_file`); what fails is listed in
+        ``errors`` (400) with what was written."""
         parts = parse_multipart(body, request.headers.get("content-type"))
         destinations: dict[str, str] = {}
         written: list[dict[str, Any]] = []
         errors: list[str] = []
         for info, payload in parts:
             field_name = info.get("name", "")
+            index = _upload_index(field_name)
             if field_name.endswith(".path"):
-                destinations[field_name[: -len(".path")]] = payload.decode("utf-8", "replace")
-            elif field_name.endswith(".file"):
-                prefix = field_name[: -len(".file")]
-                dest = destinations.get(prefix)
-                if dest is None:
-                    errors.append(f"{prefix}: the .path field must precede the .file field")
+                named = payload.decode("utf-8", "replace").strip()
+                if not named:
+                    errors.append(f"path[{index}]: empty path")
                     continue
+                destinations[index] = named
+            elif field_name.endswith(".file"):
+                if index not in destinations:
+                    errors.append(f"file[{index}]: missing .path metadata")
+                    continue
+                dest = destinations[index]
                 try:
-                    write_file(resolve(sandbox, dest), payload)
+                    write_file(sandbox, resolve(sandbox, dest), payload)
                     written.append({"path": dest, "bytes": len(payload)})
-                except (ApiError, OSError) as exc:
-                    errors.append(f"{dest}: {exc}")
+                except ApiError as exc:
+                    errors.append(f"{dest}: create: {exc.message}")
+                except OSError as exc:
+                    errors.append(f"{dest}: create: open {dest}: {(exc.strerror or str(exc)).lower()}")
         if errors:
             return json_response({"errors": errors, "files": written}, 400)
         return {"files": written}
@@ -716,6 +725,12 @@ def _as_client_path(sandbox: Sandbox | None, filename: object) -> str:
         if text == root or text.startswith(root + "/"):
             return text[len(root) :] or "/"
     return text
+
+
+def _upload_index(field_name: str) -> str:
+    """``0`` of ``files[0].path`` or ``files[0].file``, as the daemon's ``extractIndex`` cuts it."""
+    index = field_name.removeprefix("files[")
+    return index.removesuffix("].path").removesuffix("].file")
 
 
 #: The daemon's fixed boundary for bulk downloads.
