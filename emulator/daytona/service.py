@@ -26,6 +26,7 @@ from emulator.faults.bodies import now_iso
 from emulator.gate import WS_TIMEOUT_CLOSE, FaultGate, current_entry
 from emulator.journal import retry_after_detail
 
+from . import session_shell
 from .config import AUTHENTICATED, SANDBOX_CREATE, SANDBOX_LIFECYCLE, DaytonaConfig
 from .errors import DAEMON_SOURCE, ApiError, api_error, daemon_error, json_response
 from .files import (
@@ -46,7 +47,7 @@ from .interpreter_request import Refusal, parse_execute_request
 from .report import code_digest
 from .sandboxes import Sandbox, SandboxStore, interval_minutes
 from .throttle import Throttlers, Verdict
-from .toolbox import ACCEPTED, CommandTimeout, SandboxGone, Toolbox, delete_path
+from .toolbox import ACCEPTED, COMMAND, CommandTimeout, SandboxGone, Toolbox, delete_path
 
 _log = logging.getLogger(__name__)
 
@@ -408,15 +409,24 @@ class DaytonaService:
         answer = await self.toolbox.session_exec(sandbox, request.path_params["session"], _daemon_body(body))
         if answer.pop(ACCEPTED, False):
             return json_response(answer, 202)
-        return answer
+        command = answer.pop(COMMAND)
+        shape = session_shell.output_shape(request.headers)
+        return {"cmdId": answer["cmdId"], **session_shell.answer(shape, command.stdout, command.stderr), **answer}
 
     async def _tb_toolbox_session_command(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         params = request.path_params
         return self.toolbox.command(sandbox, params["session"], params["command"]).to_json()
 
     async def _tb_toolbox_session_logs(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        """The command's log as the daemon answers it: JSON ``{output, stdout, stderr}`` to an SDK that has the
+        daemon take the streams apart, the log as text otherwise (without its markers when combined)."""
         params = request.path_params
-        return self.toolbox.logs(sandbox, params["session"], params["command"])
+        command = self.toolbox.command(sandbox, params["session"], params["command"])
+        shape = session_shell.output_shape(request.headers)
+        fields = session_shell.answer(shape, command.stdout, command.stderr)
+        if shape == "split":
+            return fields
+        return Response(fields["output"], media_type="text/plain; charset=utf-8")
 
     async def _tb_interpreter_context_create(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         """As the daemon's ``CreateContext``: the context's process starts now (``active: true``), in ``cwd``; one

@@ -8,6 +8,7 @@ a non-zero exit is HTTP 200 with ``exitCode``; a timeout is 408 ``REQUEST_TIMEOU
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shlex
 import stat
@@ -19,14 +20,17 @@ from typing import Any
 from emulator.executor import ExecutionRequest, ExecutionResult, Executor
 from emulator.executor.trees import remove_tree
 
+from . import session_shell
 from .errors import ApiError
-from .files import is_dir, not_a_dir_reason, resolve
+from .files import is_dir, not_a_dir_reason, resolve, write_text
 from .go_fields import envs_field, string_field, type_error, uint32_field
 from .sandboxes import Sandbox
 
 BASH = "/bin/bash"
 #: The key in an answer that makes it a 202 Accepted (taken out before it is sent).
 ACCEPTED = "\x00accepted"
+#: The key in an answer that holds the command, whose output the service writes in the shape the SDK expects.
+COMMAND = "\x00command"
 #: The shell the daemon finds first in the image's ``/etc/shells`` (zsh when there is one, then bash).
 SHELL = "/usr/bin/bash"
 ExecutorGetter = Callable[[], Awaitable[Executor]]
@@ -60,6 +64,10 @@ class SessionCommand:
 class Session:
     id: str
     commands: dict[str, SessionCommand] = field(default_factory=dict)
+    #: The shell's state after its last command (see ``session_shell``), given to the next.
+    state: str = ""
+    #: The session's shell runs one command at a time, an asynchronous one included.
+    turn: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def to_json(self) -> dict[str, Any]:
         return {"sessionId": self.id, "commands": [c.to_json() for c in self.commands.values()]}
@@ -237,32 +245,36 @@ class Toolbox:
         session.commands[command.id] = command
 
         async def run() -> None:
-            executor_result = await self._bash(command_text, sandbox, dict(sandbox.env), self._default_timeout)
-            command.stdout = executor_result.stdout or ""
-            command.stderr = executor_result.stderr or ""
-            command.exit_code = executor_result.return_code if executor_result.return_code is not None else -1
+            async with session.turn:
+                scripts = os.path.join(sandbox.root, "run")
+                await asyncio.to_thread(os.makedirs, scripts, 0o755, True)
+                command_file = os.path.join(scripts, f"session-{command.id}.sh")
+                await asyncio.to_thread(write_text, command_file, command_text)
+                marker = f"__dtn_state_{uuid.uuid4().hex}"
+                program = session_shell.script(command_file, session.state, marker)
+                try:
+                    env = dict(sandbox.env)
+                    result = await self._bash(program, sandbox, env, self._default_timeout)
+                finally:
+                    with contextlib.suppress(OSError):
+                        os.unlink(command_file)
+            stdout, state = session_shell.split_state(result.stdout or "", marker)
+            if state is not None:
+                session.state = state
+            command.stdout, command.stderr = stdout, result.stderr or ""
+            command.exit_code = result.return_code if result.return_code is not None else -1
 
         if body.get("runAsync") or body.get("async"):
             command.task = asyncio.ensure_future(run())
             return {"cmdId": command.id, ACCEPTED: True}  # the daemon answers 202 Accepted
         await run()
-        return {
-            "cmdId": command.id,
-            "exitCode": command.exit_code,
-            "output": command.stdout + command.stderr,
-            "stdout": command.stdout,
-            "stderr": command.stderr,
-        }
+        return {"cmdId": command.id, "exitCode": command.exit_code, COMMAND: command}
 
     def command(self, sandbox: Sandbox, session_id: str, command_id: str) -> SessionCommand:
         command = self.session(sandbox, session_id).commands.get(command_id)
         if command is None:
             raise ApiError(404, f"command {command_id} not found")
         return command
-
-    def logs(self, sandbox: Sandbox, session_id: str, command_id: str) -> dict[str, str]:
-        command = self.command(sandbox, session_id, command_id)
-        return {"output": command.stdout + command.stderr, "stdout": command.stdout, "stderr": command.stderr}
 
 
 def delete_path(target: str, recursive: bool, shown: str) -> None:

@@ -31,7 +31,9 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "reference" / "day
 
 @pytest.fixture
 def client(server: EmulatorServer, api_key: str) -> httpx.Client:
-    return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
+    # The SDK's version header, as the SDK sends it: the daemon shapes a session command's answer by it.
+    headers = {"Authorization": f"Bearer {api_key}", "X-Daytona-SDK-Version": "0.226.1"}
+    return httpx.Client(base_url=server.url, headers=headers, timeout=30)
 
 
 def _ok(response: httpx.Response, status: int = 200) -> Any:

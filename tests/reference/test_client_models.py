@@ -32,7 +32,8 @@ from emulator.server import EmulatorServer
 @pytest.fixture
 def client(reference_emulator: EmulatorServer) -> Iterator[httpx.Client]:
     key = reference_emulator.emulator.config.daytona.api_key
-    with httpx.Client(base_url=reference_emulator.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as c:
+    headers = {"Authorization": f"Bearer {key}", "X-Daytona-SDK-Version": "0.226.1"}  # as the SDK sends it
+    with httpx.Client(base_url=reference_emulator.url, headers=headers, timeout=60) as c:
         yield c
 
 
