@@ -27,6 +27,8 @@ from .go_fields import envs_field, string_field, type_error, uint32_field
 from .sandboxes import Sandbox
 
 BASH = "/bin/bash"
+#: The daemon's session of the sandbox's entrypoint: reserved, never made, run in or deleted through the API.
+ENTRYPOINT_SESSION = "entrypoint"
 #: The key in an answer that makes it a 202 Accepted (taken out before it is sent).
 ACCEPTED = "\x00accepted"
 #: The key in an answer that holds the command, whose output the service writes in the shape the SDK expects.
@@ -214,19 +216,23 @@ class Toolbox:
     def session(self, sandbox: Sandbox, session_id: str) -> Session:
         session = self.sessions(sandbox).get(session_id)
         if session is None:
-            raise ApiError(404, f"session {session_id} not found")
+            raise ApiError(404, "session not found")
         return session
 
     def create_session(self, sandbox: Sandbox, body: dict[str, Any]) -> None:
         session_id = body.get("sessionId")
         if not isinstance(session_id, str) or not session_id:
             raise ApiError(400, "sessionId is required")
+        if session_id == ENTRYPOINT_SESSION:
+            raise ApiError(400, "provided session ID is reserved and cannot be created/overridden")
         sessions = self.sessions(sandbox)
         if session_id in sessions:
-            raise ApiError(409, f"session {session_id} already exists")
+            raise ApiError(409, "session already exists")
         sessions[session_id] = Session(session_id)
 
     def delete_session(self, sandbox: Sandbox, session_id: str) -> None:
+        if session_id == ENTRYPOINT_SESSION:
+            raise ApiError(400, "can't delete entrypoint session")
         session = self.session(sandbox, session_id)
         for command in session.commands.values():
             if command.task is not None and not command.task.done():
@@ -234,6 +240,8 @@ class Toolbox:
         del self.sessions(sandbox)[session_id]
 
     async def session_exec(self, sandbox: Sandbox, session_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        if session_id == ENTRYPOINT_SESSION:
+            raise ApiError(400, "can't execute command in entrypoint session")
         session = self.session(sandbox, session_id)
         command_text = string_field(body, "command", "SessionExecuteRequest") or ""
         for flag in ("runAsync", "async", "suppressInputEcho"):
@@ -273,7 +281,7 @@ class Toolbox:
     def command(self, sandbox: Sandbox, session_id: str, command_id: str) -> SessionCommand:
         command = self.session(sandbox, session_id).commands.get(command_id)
         if command is None:
-            raise ApiError(404, f"command {command_id} not found")
+            raise ApiError(404, "command not found")
         return command
 
 

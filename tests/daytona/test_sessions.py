@@ -101,3 +101,25 @@ def test_the_sdk_reads_sessions(api_url: str, api_key: str) -> None:
 def test_log_and_demux_are_inverse() -> None:
     assert demux(log("a\n\nb", "c\n")) == ("a\n\nb\n", "c\n")
     assert output_shape({"x-daytona-sdk-version": "0.168.0-dev.1"}) == "split"
+
+
+def test_the_daemons_words_for_sessions_and_commands_it_has_not(session: tuple[httpx.Client, str]) -> None:
+    client, prefix = session
+    base = prefix.rsplit("/", 1)[0]
+    refusals = [
+        (client.post(base, json={"sessionId": "s"}), 409, "session already exists"),
+        (
+            client.post(base, json={"sessionId": "entrypoint"}),
+            400,
+            "provided session ID is reserved and cannot be created/overridden",
+        ),
+        (
+            client.post(base + "/entrypoint/exec", json={"command": "true"}),
+            400,
+            "can't execute command in entrypoint session",
+        ),
+        (client.delete(base + "/entrypoint"), 400, "can't delete entrypoint session"),
+        (client.get(base + "/nope"), 404, "session not found"),
+        (client.get(prefix + "/command/nope"), 404, "command not found"),
+    ]
+    assert [(r.status_code, r.json()["message"]) for r, _, _ in refusals] == [(s, m) for _, s, m in refusals]
