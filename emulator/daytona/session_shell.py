@@ -27,15 +27,18 @@ _SHELL_OWN = (
     "PIPESTATUS|DIRSTACK|HISTCMD|SHLVL|OPTIND|OPTARG|OPTERR|_|PWD|OLDPWD|COLUMNS|LINES|__dtn_*"
 )
 
+# Written so that nothing the command changed breaks it: its options (``set -eu``), its ``IFS``, and functions
+# named as the builtins used (a ``cd`` that also lists, say) are stepped around.
 _DUMP = f"""\
-for __dtn_v in $(compgen -v); do
+builtin set +euo pipefail +o noglob
+while IFS= builtin read -r __dtn_v; do
   case $__dtn_v in {_SHELL_OWN}) continue;; esac
   [[ ${{!__dtn_v@a}} == *r* ]] && continue
-  declare -p "$__dtn_v" 2>/dev/null
-done
-declare -f
-alias -p
-printf 'cd -- %q 2>/dev/null\\n' "$PWD"
+  builtin declare -p "$__dtn_v" 2>/dev/null
+done < <(builtin compgen -v)
+builtin declare -f
+builtin alias -p
+builtin printf 'builtin cd -- %q 2>/dev/null\n' "$PWD"
 """
 
 
@@ -46,7 +49,7 @@ def script(command_file: str, state: str, marker: str) -> str:
         f"{{\n:\n{state}\n}} >/dev/null 2>&1\n"
         f"{{ . {shlex.quote(command_file)}; }} </dev/null\n"
         "__dtn_ec=$?\n"
-        f"printf '\\n%s\\n' {shlex.quote(marker)}\n"
+        f"builtin printf '\\n%s\\n' {shlex.quote(marker)}\n"
         f"{{\n{_DUMP}}} 2>/dev/null\n"
         'exit "$__dtn_ec"\n'
     )

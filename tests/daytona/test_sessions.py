@@ -123,3 +123,12 @@ def test_the_daemons_words_for_sessions_and_commands_it_has_not(session: tuple[h
         (client.get(prefix + "/command/nope"), 404, "command not found"),
     ]
     assert [(r.status_code, r.json()["message"]) for r, _, _ in refusals] == [(s, m) for _, s, m in refusals]
+
+
+def test_what_a_command_changes_in_its_shell_does_not_break_the_next(session: tuple[httpx.Client, str]) -> None:
+    _exec(
+        session,
+        'mkdir -p here/there && builtin cd here; cd() { builtin cd "$@" && echo moved; }; IFS=,; set -u; v=kept',
+    )
+    got = _exec(session, 'cd there; echo "$v"; basename "$PWD"')
+    assert got["stdout"] == "moved\nkept\nthere\n"
