@@ -71,6 +71,8 @@ class ExecutionOutcome:
     cancelled: bool = False
     #: The code ended in ``KeyboardInterrupt`` (its own, or the SIGINT of a timeout): the daemon's ``interrupted``.
     interrupted: bool = False
+    #: The context's process exited during the run (``os._exit``, a signal): the daemon closes with 1001.
+    exited: bool = False
     #: Each stream's last frame, which came with the end of the run: left to the caller to send with the rest of its
     #: answer, so that they leave together (sent one turn of the event loop earlier, the frame woke the client,
     #: which then took the CPU from the server before the end of the answer was written: 0.3 ms at concurrency 1).
@@ -366,8 +368,9 @@ class Interpreters:
                         raw = await stdout.readline()
                     if not raw:
                         # The process exited (the code ended it, or it was killed): the context starts afresh.
-                        outcome.error = {"name": "InterpreterExited", "value": "the interpreter process exited"}
-                        outcome.error["traceback"] = ""
+                        outcome.exited = True
+                        outcome.unsent.extend(held)
+                        held.clear()
                         self._stop(context)
                         return
                     if deaf:

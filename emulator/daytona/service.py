@@ -653,6 +653,9 @@ class DaytonaService:
         try:
             for frame in outcome.unsent:  # the last output, with the end: one write
                 await send(frame)
+            if outcome.exited:  # the daemon's process monitor closes the socket when its worker ends
+                await websocket.close(1001, "worker process ended")
+                return "error"
             if outcome.interrupted:  # KeyboardInterrupt, a timeout's or the code's own: the daemon's timeout close
                 await send({"type": "control", "text": "interrupted"})
                 await websocket.close(WS_TIMEOUT_CLOSE, "")

@@ -138,3 +138,13 @@ def test_field_names_match_without_regard_to_case(graceful: EmulatorServer, api_
     first = {"Code": "import os\nprint(os.environ['A'])", "ENVS": {"A": "z"}}
     frames, code = _send(graceful, api_key, sandbox, first)
     assert code == 1000 and frames[0]["text"] == "z\n"
+
+
+def test_code_that_ends_its_process_closes_the_socket_as_the_daemons_monitor_does(
+    graceful: EmulatorServer, api_key: str, sandbox: str
+) -> None:
+    _send(graceful, api_key, sandbox, {"code": "state = 1"})
+    frames, code = _send(graceful, api_key, sandbox, {"code": "import os\nprint('bye', flush=True)\nos._exit(3)"})
+    assert code == 1001 and [(f["type"], f["text"]) for f in frames] == [("stdout", "bye\n")]
+    frames, code = _send(graceful, api_key, sandbox, {"code": "print('state' in globals())"})
+    assert code == 1000 and frames[0]["text"] == "False\n"  # a fresh process
