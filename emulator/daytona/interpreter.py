@@ -149,8 +149,17 @@ class UidPool:
         return self._free.pop()
 
     def give(self, uid: int | None) -> None:
-        if uid is not None and self._base is not None:
+        if uid is not None:
+            self.kill(uid)
+            self.free(uid)
+
+    def kill(self, uid: int) -> None:
+        """Kill every process left under ``uid`` (those that escaped the context's session)."""
+        if self._base is not None:
             _kill_uid(uid)
+
+    def free(self, uid: int) -> None:
+        if self._base is not None:
             self._free.append(uid)
 
 
@@ -170,15 +179,11 @@ def _kill_uid(uid: int) -> None:
             continue
 
 
-def _hand_over(root: str, uid: int) -> None:
+async def _hand_over(root: str, uid: int) -> None:
     """The home goes to the context's uid, which holds it until the context ends (see ``HOLDERS``)."""
-    HOLDERS.take(root, uid, _NOGROUP)
-
-
-def _hand_back(root: str, uid: int | None) -> None:
-    """The context's uid is gone (its processes killed): the home goes to the holder left, or root."""
-    if uid is not None:
-        HOLDERS.let_go(root, uid)
+    pending = HOLDERS.take(root, uid, _NOGROUP)
+    if pending is not None:
+        await pending
 
 
 class Interpreters:
@@ -187,6 +192,7 @@ class Interpreters:
     def __init__(self, settings: InterpreterSettings) -> None:
         self.settings = settings
         self._uids = UidPool(settings.uid_base, settings.uid_count)
+        self._handing_back: set[asyncio.Task[None]] = set()  # uids freed once the home is handed back
         self._contexts: dict[str, dict[str, Context]] = {}
 
     def contexts(self, sandbox_id: str) -> dict[str, Context]:
@@ -251,8 +257,34 @@ class Interpreters:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
         uid, context.uid = context.uid, None
-        self._uids.give(uid)  # kills what is left under the uid
-        _hand_back(context.home, uid)  # at once: no other context can take the uid before
+        self._give_back(context.home, uid)
+
+    def _give_back(self, home: str, uid: int | None) -> None:
+        """Kill what is left under ``uid``, hand the home back (see ``HOLDERS``), then free the uid: no other context
+        can get it before the home is no longer its."""
+        if uid is None:
+            return
+        self._uids.kill(uid)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a shutdown with no loop left: no thread to wait for either
+            HOLDERS.let_go(home, uid, at_once=True)
+            self._uids.free(uid)
+            return
+        pending = HOLDERS.let_go(home, uid)
+        if pending is None:
+            self._uids.free(uid)
+            return
+
+        async def free_after() -> None:
+            try:
+                await pending
+            finally:
+                self._uids.free(uid)
+
+        task = asyncio.ensure_future(free_after())
+        self._handing_back.add(task)
+        task.add_done_callback(self._handing_back.discard)
 
     async def _start(self, context: Context) -> None:
         settings = self.settings
@@ -273,7 +305,7 @@ class Interpreters:
             **context.env,
         }
         if uid is not None:
-            _hand_over(context.home, uid)
+            await _hand_over(context.home, uid)
         cwd = context.cwd if _is_dir(context.cwd) else context.home
         try:
             process = await asyncio.create_subprocess_exec(
@@ -291,8 +323,7 @@ class Interpreters:
                 limit=2**26,
             )
         except BaseException:
-            self._uids.give(uid)
-            _hand_back(context.home, uid)
+            self._give_back(context.home, uid)
             raise
         context.process, context.uid = process, uid
         if context.closed:  # the sandbox (or the context) went while the process was starting: it must not run
@@ -325,7 +356,7 @@ class Interpreters:
                 self._stop(context)
                 await self._start(context)
             elif context.uid is not None:
-                _hand_over(context.home, context.uid)
+                await _hand_over(context.home, context.uid)
             process = context.process
             assert process is not None and process.stdin is not None and process.stdout is not None
             stdout = process.stdout

@@ -12,7 +12,7 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from . import start_gate
@@ -181,6 +181,7 @@ class Executor:
         self._uid_slots: asyncio.Semaphore | None = None
         self._workdirs: set[str] = set()
         self._held: dict[int, str] = {}  # uid -> the work dir its run holds (handed back at the uid's release)
+        self._handing_back: set[asyncio.Task[None]] = set()  # uids freed once their work dir is handed back
         self._nest: str | None = None
         runtime_bin = os.path.dirname(os.path.abspath(self.config.python))
         self._path_env = f"{runtime_bin}:{_SYSTEM_PATH}"
@@ -216,19 +217,26 @@ class Executor:
 
     def _forget_workdir(self, real: str) -> None:
         self._workdirs.discard(real)
+        HOLDERS.forget(real)
         if self._closed and self._nest is not None and os.path.dirname(real) == os.path.realpath(self._nest):
             with contextlib.suppress(OSError):
                 os.rmdir(self._nest)  # the last home left a closed executor's nest
 
-    def _hand_over(self, cwd: str, uid: int, gid: int) -> None:
+    def _our_workdir(self, cwd: str) -> str | None:
+        root = os.path.realpath(cwd)
+        return root if root in self._workdirs else None
+
+    async def _hand_over(self, cwd: str, uid: int, gid: int) -> None:
         """Chown one of our work dirs (recursively) to the uid of the coming execution, which holds it until its end
         (see :mod:`.holders`: with an exclusive uid, the tree is handed back when the uid goes back to the pool)."""
-        root = os.path.realpath(cwd)
-        if root not in self._workdirs:
+        root = self._our_workdir(cwd)
+        if root is None:
             return  # never chown a directory we did not create
         if self._exclusive_uids:
-            HOLDERS.take(root, uid, gid)
             self._held[uid] = root
+            pending = HOLDERS.take(root, uid, gid)
+            if pending is not None:
+                await pending
         else:
             chown_tree(root, uid, gid)
 
@@ -255,7 +263,21 @@ class Executor:
             return
         held = self._held.pop(uid, None)
         if held is not None:  # before another run, of any sandbox, can get the uid
-            HOLDERS.let_go(held, uid)
+            pending = HOLDERS.let_go(held, uid)
+            if pending is not None:
+                task = asyncio.ensure_future(self._free_after(pending, uid))
+                self._handing_back.add(task)
+                task.add_done_callback(self._handing_back.discard)
+                return
+        self._free_uid(uid)
+
+    async def _free_after(self, handing_back: Awaitable[None], uid: int) -> None:
+        try:
+            await handing_back
+        finally:
+            self._free_uid(uid)
+
+    def _free_uid(self, uid: int) -> None:
         if self._uid_slots is None:
             return
         self._free_uids.append(uid)
@@ -460,7 +482,7 @@ class Executor:
                 if uid in self._dirty_uids:
                     msg["presweep"] = True
                 if setup is None:
-                    self._hand_over(request.cwd, uid, self._gid)  # a few chown calls: cheaper inline
+                    await self._hand_over(request.cwd, uid, self._gid)
             return await self._run_attempts(msg, blobs, request, unconfirmed, gate)
         finally:
             # The zygote kills every process of this uid before it reports the exit; a run we

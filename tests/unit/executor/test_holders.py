@@ -1,13 +1,27 @@
-"""A long-lived dir (a sandbox's home) belongs to the last of the uids running in it, and to root when none is."""
+"""A long-lived dir (a sandbox's home) belongs to the last of the uids running in it, and to root when none is; a big
+tree is changed in a worker thread, one change after the other, while the event loop goes on."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
 
-from emulator.executor.holders import Holders
+from emulator.executor.holders import INLINE_ENTRIES, Holders
+
+
+def _done(pending: Awaitable[None] | None) -> None:
+    """Wait for a hand-off that went to a worker thread (None: it was done at once)."""
+    if pending is not None:
+
+        async def wait() -> None:
+            await pending
+
+        asyncio.run(wait())
+
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="changing a file's owner needs root")
 
@@ -22,15 +36,15 @@ def test_the_tree_goes_to_the_holder_left_then_to_root(tmp_path: Path) -> None:
     (home / "d").mkdir(parents=True)
     (home / "d" / "f").write_text("x")
     holders = Holders()
-    holders.take(str(home), 4001, 65534)
+    _done(holders.take(str(home), 4001, 65534))
     assert _owners(home) == {4001}
-    holders.take(str(home), 4002, 65534)  # a second run of the same sandbox, at the same time
+    _done(holders.take(str(home), 4002, 65534))  # a second run of the same sandbox, at the same time
     (home / "made-by-4002").touch()
     os.chown(home / "made-by-4002", 4002, 65534)
     assert holders.holding(str(home)) == [4001, 4002]
-    holders.let_go(str(home), 4002)  # its uid goes back to the pool: nothing may stay its
+    _done(holders.let_go(str(home), 4002))  # its uid goes back to the pool: nothing may stay its
     assert _owners(home) == {4001}
-    holders.let_go(str(home), 4001)
+    _done(holders.let_go(str(home), 4001))
     assert _owners(home) == {0} and holders.holding(str(home)) == []
 
 
@@ -39,12 +53,47 @@ def test_taking_again_moves_a_holder_last_and_letting_go_of_a_gone_dir_is_quiet(
     home = tmp_path / "home"
     home.mkdir()
     holders = Holders()
-    holders.take(str(home), 4001, 65534)
-    holders.take(str(home), 4002, 65534)
-    holders.take(str(home), 4001, 65534)  # an interpreter context's next execution
+    _done(holders.take(str(home), 4001, 65534))
+    _done(holders.take(str(home), 4002, 65534))
+    _done(holders.take(str(home), 4001, 65534))  # an interpreter context's next execution
     assert holders.holding(str(home)) == [4002, 4001] and _owners(home) == {4001}
     home.rmdir()  # its sandbox was deleted
-    holders.let_go(str(home), 4001)
-    holders.let_go(str(home), 4002)
+    _done(holders.let_go(str(home), 4001))
+    _done(holders.let_go(str(home), 4002))
     assert holders.holding(str(home)) == []
-    holders.let_go(str(tmp_path / "never-held"), 4003)
+    assert holders.let_go(str(tmp_path / "never-held"), 4003) is None
+
+
+@needs_root
+def test_a_small_tree_changes_at_once_and_a_big_one_in_turn_off_the_loop(tmp_path: Path) -> None:
+    small, big = tmp_path / "small", tmp_path / "big"
+    small.mkdir()
+    (small / "f").touch()
+    for i in range(INLINE_ENTRIES * 2):
+        (big / f"d{i % 8}").mkdir(parents=True, exist_ok=True)
+        (big / f"d{i % 8}" / f"f{i}").touch()
+    holders = Holders()
+
+    async def scenario() -> tuple[list[bool], set[int]]:
+        _first = holders.take(str(small), 4001, 65534)  # never seen: walked in a thread, then known small
+        assert _first is not None
+        await _first
+        at_once = [holders.let_go(str(small), 4001) is None, holders.take(str(small), 4002, 65534) is None]
+        # A big tree: three changes asked at once run one after the other, each to the owner of its moment.
+        changes = [holders.take(str(big), 4001, 65534), holders.take(str(big), 4002, 65534)]
+        changes.append(holders.let_go(str(big), 4002))
+        ticks = 0
+        pending = [asyncio.ensure_future(_await(c)) for c in changes if c is not None]
+        while not all(p.done() for p in pending):
+            ticks += 1  # the loop turns while the threads work
+            await asyncio.sleep(0)
+        at_once.append(ticks > 0 and len(pending) == 3)
+        return at_once, _owners(big)
+
+    at_once, owners = asyncio.run(scenario())
+    assert at_once == [True, True, True]
+    assert owners == {4001} and _owners(small) == {4002}
+
+
+async def _await(pending: Awaitable[None]) -> None:
+    await pending
