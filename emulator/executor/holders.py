@@ -5,9 +5,9 @@ by that uid would then be the other sandbox's to change: its programs reach ever
 ``CAP_DAC_READ_SEARCH``), so a home's name, or its mode, protects nothing. So when a holder lets go, the tree goes to
 the holder still in it (the last to come), or to root when none is left; and each run takes it when it starts.
 
-Changing a tree's owner walks it (about 8 us an entry): a home of a few files is changed at once, a bigger one in a
-worker thread, so that the event loop serves every other request meanwhile. The changes of one directory happen one
-at a time, in the order asked, each to the owner of its moment.
+Changing a tree's owner walks it (about 8 us an entry): a home of a few files is changed at once, a bigger one by
+``chown -R`` in a process of its own, so that the event loop serves every other request meanwhile. The changes of
+one directory happen one at a time, in the order asked, each to the owner of its moment.
 """
 
 from __future__ import annotations
@@ -23,6 +23,10 @@ _ROOT = (0, 0)
 Owner = Callable[[], tuple[int, int]]
 #: A tree whose last walk met fewer entries than this is changed at once (at most about half a millisecond).
 INLINE_ENTRIES = 64
+
+
+def _is_dir(path: str) -> bool:
+    return os.path.isdir(path)
 
 
 def _walk_size(path: str) -> int:
@@ -88,24 +92,43 @@ class Holders:
 
     def _hand(self, path: str, owner: Owner) -> Awaitable[None] | None:
         busy = self._busy.get(path)
-        if self._small.get(path, False) and (busy is None or not busy.locked()):
-            self._change(path, owner)
-            return None
+        if busy is None or not busy.locked():
+            small = self._small.get(path)
+            if small is None:  # never seen: a walk of at most INLINE_ENTRIES entries tells
+                small = self._small[path] = _walk_size(path) < INLINE_ENTRIES
+            if small:
+                self._change(path, owner)
+                return None
         return self._in_turn(path, owner)
 
     async def _in_turn(self, path: str, owner: Owner) -> None:
+        """A big tree's change, after those asked before it: ``chown -R`` in a process of its own, on another core
+        (in a thread of ours it would fight the event loop for the interpreter lock at each of its system calls,
+        and take six times as long), never following a link, as :func:`chown_tree` at any depth."""
         busy = self._busy.setdefault(path, asyncio.Lock())
         async with busy:
-            await asyncio.to_thread(self._change, path, owner)
+            uid, gid = owner()  # the owner of this moment, not of when the change was asked
+            if _is_dir(path):
+                process = await asyncio.create_subprocess_exec(
+                    "chown",
+                    "-R",
+                    "-P",
+                    "-h",
+                    "--",
+                    f"{uid}:{gid}",
+                    path,
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.DEVNULL,
+                )
+                await process.wait()
+                self._small[path] = _walk_size(path) < INLINE_ENTRIES
         if path not in self._by_dir and not busy.locked():
             self._busy.pop(path, None)  # nobody holds it: nothing to keep for it
-            self._small.pop(path, None)
 
     def _change(self, path: str, owner: Owner) -> None:
-        uid, gid = owner()  # the owner of this moment, not of when the change was asked
+        uid, gid = owner()
         if os.path.isdir(path):  # gone with its sandbox: nothing to hand
-            chown_tree(path, uid, gid)
-            self._small[path] = _walk_size(path) < INLINE_ENTRIES
+            self._small[path] = chown_tree(path, uid, gid) < INLINE_ENTRIES
 
 
 #: The one registry of the process: a home is handed over by the executor (toolbox runs) and by the interpreter.

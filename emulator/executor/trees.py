@@ -65,7 +65,7 @@ def remove_tree(path: str) -> bool:
     return not os.path.lexists(path)
 
 
-def chown_tree(root: str, uid: int, gid: int) -> None:
+def chown_tree(root: str, uid: int, gid: int) -> int:
     """Give ``root`` and everything below it to ``uid:gid``, never following a symbolic link anywhere.
 
     The tree belongs to a sandbox whose programs may still be running and can swap a directory for a link to any
@@ -73,13 +73,20 @@ def chown_tree(root: str, uid: int, gid: int) -> None:
     middle component again and would chown the host's files; ``os.fwalk`` holds each directory open and changes its
     entries through that descriptor, so a swapped name is at worst a link, which is not followed. A tree too deep
     for it goes to ``chown -R -P -h``, which does the same at any depth.
+
+    Returns how many entries below ``root`` it met (a tree too deep: a large number), so a caller can tell a big
+    tree from a small one.
     """
     with contextlib.suppress(OSError):
         os.chown(root, uid, gid, follow_symlinks=False)
+    entries = 0
     try:
         for _, dirs, files, dir_fd in os.fwalk(root, follow_symlinks=False):
             for name in dirs + files:
+                entries += 1
                 with contextlib.suppress(OSError):
                     os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
     except RecursionError:
         _coreutils(["chown", "-R", "-P", "-h", "--", f"{uid}:{gid}", root])
+        return max(entries, 1 << 20)  # deeper than a walk goes: a big tree, whatever its count
+    return entries

@@ -1,5 +1,5 @@
 """A long-lived dir (a sandbox's home) belongs to the last of the uids running in it, and to root when none is; a big
-tree is changed in a worker thread, one change after the other, while the event loop goes on."""
+tree is changed by a ``chown -R`` process, one change after the other, while the event loop goes on."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from emulator.executor.holders import INLINE_ENTRIES, Holders
 
 
 def _done(pending: Awaitable[None] | None) -> None:
-    """Wait for a hand-off that went to a worker thread (None: it was done at once)."""
+    """Wait for a hand-off that went to a chown process (None: it was done at once)."""
     if pending is not None:
 
         async def wait() -> None:
@@ -75,17 +75,16 @@ def test_a_small_tree_changes_at_once_and_a_big_one_in_turn_off_the_loop(tmp_pat
     holders = Holders()
 
     async def scenario() -> tuple[list[bool], set[int]]:
-        _first = holders.take(str(small), 4001, 65534)  # never seen: walked in a thread, then known small
-        assert _first is not None
-        await _first
-        at_once = [holders.let_go(str(small), 4001) is None, holders.take(str(small), 4002, 65534) is None]
+        # Small, never seen or known: changed at once, here.
+        at_once = [holders.take(str(small), 4001, 65534) is None]
+        at_once.append(holders.let_go(str(small), 4001) is None and holders.take(str(small), 4002, 65534) is None)
         # A big tree: three changes asked at once run one after the other, each to the owner of its moment.
         changes = [holders.take(str(big), 4001, 65534), holders.take(str(big), 4002, 65534)]
         changes.append(holders.let_go(str(big), 4002))
         ticks = 0
         pending = [asyncio.ensure_future(_await(c)) for c in changes if c is not None]
         while not all(p.done() for p in pending):
-            ticks += 1  # the loop turns while the threads work
+            ticks += 1  # the loop turns while the chown processes work
             await asyncio.sleep(0)
         at_once.append(ticks > 0 and len(pending) == 3)
         return at_once, _owners(big)
