@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emulator.executor.holders import HOLDERS
+from emulator.executor.sweep import sweep_uid
 from emulator.faults.bodies import now_iso
 
 from .go_json import as_go_decodes
@@ -154,9 +155,11 @@ class UidPool:
             self.free(uid)
 
     def kill(self, uid: int) -> None:
-        """Kill every process left under ``uid`` (those that escaped the context's session)."""
+        """Kill every process left under ``uid`` (those that escaped the context's session): a pass over ``/proc``,
+        then ``kill(-1)`` made as the uid, which also catches what forks meanwhile (see ``sweep``)."""
         if self._base is not None:
             _kill_uid(uid)
+            sweep_uid(uid)
 
     def free(self, uid: int) -> None:
         if self._base is not None:
@@ -304,10 +307,10 @@ class Interpreters:
             "TMPDIR": context.home,
             **context.env,
         }
-        if uid is not None:
-            await _hand_over(context.home, uid)
         cwd = context.cwd if _is_dir(context.cwd) else context.home
         try:
+            if uid is not None:
+                await _hand_over(context.home, uid)
             process = await asyncio.create_subprocess_exec(
                 settings.python,
                 _DRIVER,

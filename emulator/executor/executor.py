@@ -19,6 +19,7 @@ from . import start_gate
 from .capture import decode_output
 from .holders import HOLDERS
 from .model import ExecutionRequest, ExecutionResult, ExecutorConfig
+from .sweep import sweep_uid_async
 from .trees import chown_tree
 from .workdir import DeferredWorkdir, Workdir
 from .zygote import Pending, Zygote, ZygoteLost
@@ -481,6 +482,10 @@ class Executor:
                 msg["uid"] = uid
                 if uid in self._dirty_uids:
                     msg["presweep"] = True
+                    if setup is None and self._our_workdir(request.cwd) is not None:
+                        # What is left under this uid (another sandbox's run) dies before the dir is handed to it,
+                        # not at the spawn, after.
+                        await sweep_uid_async(uid)
                 if setup is None:
                     await self._hand_over(request.cwd, uid, self._gid)
             return await self._run_attempts(msg, blobs, request, unconfirmed, gate)

@@ -46,7 +46,7 @@ class Holders:
     def __init__(self) -> None:
         self._by_dir: dict[str, list[tuple[int, int]]] = {}
         self._busy: dict[str, asyncio.Lock] = {}
-        self._small: dict[str, bool] = {}
+        self._changing: set[asyncio.Task[None]] = set()
 
     def take(self, path: str, uid: int, gid: int) -> Awaitable[None] | None:
         """Hand the tree at ``path`` to ``uid``/``gid`` (a run of it starts), which holds it until :meth:`let_go`.
@@ -56,7 +56,9 @@ class Holders:
         with contextlib.suppress(ValueError):
             holders.remove((uid, gid))
         holders.append((uid, gid))
-        return self._hand(path, lambda: (uid, gid))
+        # By the time a queued change runs, ``uid`` may have let go already (its run cancelled): the tree then goes
+        # to whoever holds it at that moment, never to a uid back in its pool.
+        return self._hand(path, lambda: self._owner(path))
 
     def let_go(self, path: str, uid: int, *, at_once: bool = False) -> Awaitable[None] | None:
         """``uid`` no longer runs in ``path`` (its processes are gone): the tree goes to the holder left, or root.
@@ -77,7 +79,6 @@ class Holders:
     def forget(self, path: str) -> None:
         """``path`` is gone for good (its sandbox was deleted): nothing of it is kept."""
         self._by_dir.pop(path, None)
-        self._small.pop(path, None)
         busy = self._busy.get(path)
         if busy is not None and not busy.locked():
             del self._busy[path]
@@ -92,14 +93,16 @@ class Holders:
 
     def _hand(self, path: str, owner: Owner) -> Awaitable[None] | None:
         busy = self._busy.get(path)
-        if busy is None or not busy.locked():
-            small = self._small.get(path)
-            if small is None:  # never seen: a walk of at most INLINE_ENTRIES entries tells
-                small = self._small[path] = _walk_size(path) < INLINE_ENTRIES
-            if small:
-                self._change(path, owner)
-                return None
-        return self._in_turn(path, owner)
+        # Small now (a walk of at most INLINE_ENTRIES entries: a run may have made thousands since the last time)
+        # and nothing queued before it: changed at once.
+        if (busy is None or not busy.locked()) and _walk_size(path) < INLINE_ENTRIES:
+            self._change(path, owner)
+            return None
+        task = asyncio.ensure_future(self._in_turn(path, owner))
+        self._changing.add(task)
+        task.add_done_callback(self._changing.discard)
+        # A caller cancelled while it waits must not stop the change: the uid is freed only once it is done.
+        return asyncio.shield(task)
 
     async def _in_turn(self, path: str, owner: Owner) -> None:
         """A big tree's change, after those asked before it: ``chown -R`` in a process of its own, on another core
@@ -121,14 +124,13 @@ class Holders:
                     stderr=asyncio.subprocess.DEVNULL,
                 )
                 await process.wait()
-                self._small[path] = _walk_size(path) < INLINE_ENTRIES
         if path not in self._by_dir and not busy.locked():
             self._busy.pop(path, None)  # nobody holds it: nothing to keep for it
 
     def _change(self, path: str, owner: Owner) -> None:
         uid, gid = owner()
         if os.path.isdir(path):  # gone with its sandbox: nothing to hand
-            self._small[path] = chown_tree(path, uid, gid) < INLINE_ENTRIES
+            chown_tree(path, uid, gid)
 
 
 #: The one registry of the process: a home is handed over by the executor (toolbox runs) and by the interpreter.

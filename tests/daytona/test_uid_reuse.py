@@ -10,6 +10,7 @@ lets go: to the holder still in it, or to root.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -125,3 +126,47 @@ def test_the_file_api_shows_the_sandbox_users_ids_between_runs(two_uids: Emulato
     listed = client.get(f"/toolbox/{sid}/files", params={"path": "d"})
     assert listed.status_code == 200, listed.text
     assert [(f["name"], f["owner"], f["group"]) for f in listed.json()] == [("f", "1000", "1000")]
+
+
+def _processes_of(uid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/status") as status:
+                    for line in status:
+                        if line.startswith("Uid:") and int(line.split()[1]) == uid:
+                            found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def test_an_interpreter_context_leaves_no_process_behind_not_even_one_that_keeps_forking(
+    two_uids: EmulatorServer, client: httpx.Client
+) -> None:
+    sid = _sandbox(client)
+    context = client.post(f"/toolbox/{sid}/process/interpreter/context", json={}).json()["id"]
+    code = (
+        "import os, subprocess\n"
+        "subprocess.Popen(['setsid', 'bash', '-c', 'while true; do sleep 0.01 & wait; done'])\n"
+        "print(os.getuid())"
+    )
+    frames, close = interpreter_frames(two_uids, DEFAULT_API_KEY, sid, {"code": code, "contextId": context})
+    assert close == 1000
+    uid = int(frames[0]["text"])
+    assert _processes_of(uid)  # the loop runs on after the code
+    assert client.delete(f"/toolbox/{sid}/process/interpreter/context/{context}").status_code == 200
+    # Killed by then: a SIGKILL takes effect when its target next runs, a moment later (polled, no fixed wait).
+    deadline = time.monotonic() + 5
+    while [pid for pid in _processes_of(uid) if not _zombie(pid)] and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert [pid for pid in _processes_of(uid) if not _zombie(pid)] == []
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True

@@ -96,3 +96,27 @@ def test_a_small_tree_changes_at_once_and_a_big_one_in_turn_off_the_loop(tmp_pat
 
 async def _await(pending: Awaitable[None]) -> None:
     await pending
+
+
+@needs_root
+def test_a_tree_that_grew_goes_off_the_loop_and_a_cancelled_waiter_stops_no_change(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    holders = Holders()
+
+    async def scenario() -> bool:
+        assert holders.take(str(home), 4001, 65534) is None  # small: at once
+        for i in range(INLINE_ENTRIES * 2):  # the run makes many files
+            (home / f"f{i}").touch()
+        waiting = holders.take(str(home), 4002, 65534)  # big now: a chown process
+        assert waiting is not None
+        waiter = asyncio.ensure_future(_await(waiting))
+        await asyncio.sleep(0)
+        waiter.cancel()  # the run was cancelled while its home was being handed over
+        handing_back = holders.let_go(str(home), 4002)
+        assert handing_back is not None
+        await handing_back
+        return waiter.cancelled()
+
+    assert asyncio.run(scenario())
+    assert _owners(home) == {4001}  # both changes ran, in turn; the last to the holder left
