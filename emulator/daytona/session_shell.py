@@ -1,14 +1,17 @@
 """A Daytona session's shell, as the daemon keeps it: one shell per session, which runs its commands one after the
-other, each sourced in it (``. cmd.sh``), so that a ``cd``, a variable, an ``export``, a function or an alias of one
-command is there for the next.
+other, each sourced in it (``. cmd.sh``), so that a ``cd``, a variable, an ``export``, a function, an alias or a
+``shopt`` of one command is there for the next.
 
-Here each command runs in a bash of its own, given the session's state first and asked for it again after: the
-variables (not the shell's own, not the read-only ones), functions, aliases and working directory, written after a
-marker at the end of its stdout and taken off before anyone sees it. What a command leaves running in the
-background does not outlive it here (it does on the real service), and shell options (``set -e``) are not kept.
+Here each command runs in a bash of its own, which loads the session's state first and writes it again after the
+command: the shell options (``shopt``), variables (read-only ones included, not the shell's own), the sandbox
+variables the command unset or stopped exporting, functions, aliases and the working directory. The state is a
+file in the sandbox's home (under ``.daytona/sessions/``, named for the session and a token of its own, so a new
+session of the same name starts afresh), read and written by the command's own uid only, never by the emulator.
+What a command leaves running in the background does not outlive it here (it does on the real service), its traps
+are cleared when it ends (the daemon's shell keeps them until the session ends) and ``set -o`` options are not kept.
 
 The output is kept as the daemon logs it: each line of stdout and stderr, prefixed with its stream's marker
-(``\\x01\\x01\\x01``, ``\\x02\\x02\\x02``) and ended with a newline (a last line without one gets one); what the
+(``\x01\x01\x01``, ``\x02\x02\x02``) and ended with a newline (a last line without one gets one); what the
 answer holds depends on the SDK's version, as the daemon decides it (see :func:`output_shape`).
 """
 
@@ -23,45 +26,46 @@ STDERR_PREFIX = "\x02\x02\x02"
 
 # The shell's own variables, and those it changes by itself: never carried from one command to the next.
 _SHELL_OWN = (
-    "BASH*|EUID|UID|PPID|SHELLOPTS|RANDOM|SRANDOM|SECONDS|LINENO|EPOCHREALTIME|EPOCHSECONDS|FUNCNAME|GROUPS|"
-    "PIPESTATUS|DIRSTACK|HISTCMD|SHLVL|OPTIND|OPTARG|OPTERR|_|PWD|OLDPWD|COLUMNS|LINES|__dtn_*"
+    "BASH|BASHOPTS|BASHPID|BASH_ALIASES|BASH_ARGC|BASH_ARGV|BASH_ARGV0|BASH_CMDS|BASH_COMMAND|BASH_EXECUTION_STRING|"
+    "BASH_LINENO|BASH_SOURCE|BASH_SUBSHELL|BASH_VERSINFO|BASH_VERSION|EUID|UID|PPID|SHELLOPTS|RANDOM|SRANDOM|"
+    "SECONDS|LINENO|EPOCHREALTIME|EPOCHSECONDS|FUNCNAME|GROUPS|PIPESTATUS|DIRSTACK|HISTCMD|SHLVL|OPTIND|OPTARG|"
+    "OPTERR|_|PWD|OLDPWD|COLUMNS|LINES|__dtn_*"
 )
 
-# Written so that nothing the command changed breaks it: its options (``set -eu``), its ``IFS``, and functions
-# named as the builtins used (a ``cd`` that also lists, say) are stepped around.
+# Run after the command, as its own first act: nothing the command changed may stop it (its options, its IFS, its
+# traps, a redirection of its stdout by exec); what it writes goes to the state file alone.
 _DUMP = f"""\
-builtin set +euo pipefail +o noglob
+builtin trap - EXIT DEBUG ERR RETURN
+builtin set +euxvo pipefail +o noglob
+{{
+builtin shopt -p
 while IFS= builtin read -r __dtn_v; do
   case $__dtn_v in {_SHELL_OWN}) continue;; esac
-  [[ ${{!__dtn_v@a}} == *r* ]] && continue
-  builtin declare -p "$__dtn_v" 2>/dev/null
+  builtin declare -p "$__dtn_v"
 done < <(builtin compgen -v)
+for __dtn_v in "${{__dtn_base[@]}}"; do
+  if [[ ! -v $__dtn_v ]]; then builtin printf 'builtin unset -v %q\n' "$__dtn_v"
+  elif [[ ${{!__dtn_v@a}} != *x* ]]; then builtin printf 'builtin export -n %q\n' "$__dtn_v"; fi
+done
 builtin declare -f
 builtin alias -p
-builtin printf 'builtin cd -- %q 2>/dev/null\n' "$PWD"
+builtin printf 'builtin cd -- %q\nOLDPWD=%q\n' "$PWD" "${{OLDPWD-}}"
+}} > "$__dtn_state.new" 2>/dev/null && builtin command mv -f -- "$__dtn_state.new" "$__dtn_state"
 """
 
 
-def script(command_file: str, state: str, marker: str) -> str:
-    """The bash script that runs one command of a session: the state, the command sourced with an empty stdin
-    (the daemon's for a command run synchronously), then ``marker`` and the state after it on stdout."""
+def script(command_file: str, state_file: str) -> str:
+    """The bash script that runs one command of a session: the state loaded (from ``state_file``, if there), the
+    command sourced with an empty stdin (the daemon's for a command run synchronously), the state written back."""
     return (
-        f"{{\n:\n{state}\n}} >/dev/null 2>&1\n"
+        f"__dtn_state={shlex.quote(state_file)}\n"
+        "builtin mapfile -t __dtn_base < <(builtin compgen -e)\n"
+        '{ builtin command mkdir -p -- "${__dtn_state%/*}"\n'
+        '[[ -f $__dtn_state ]] && . "$__dtn_state"; } >/dev/null 2>&1\n'
         f"{{ . {shlex.quote(command_file)}; }} </dev/null\n"
-        "__dtn_ec=$?\n"
-        f"builtin printf '\\n%s\\n' {shlex.quote(marker)}\n"
-        f"{{\n{_DUMP}}} 2>/dev/null\n"
-        'exit "$__dtn_ec"\n'
+        f"{{ __dtn_ec=$?\n{_DUMP}}} >/dev/null 2>&1\n"
+        'builtin exit "$__dtn_ec"\n'
     )
-
-
-def split_state(stdout: str, marker: str) -> tuple[str, str | None]:
-    """The command's own stdout, and the state written after ``marker`` (None when the command ended the shell
-    before it: ``exit``, a kill)."""
-    cut = stdout.rfind(f"\n{marker}\n")
-    if cut < 0:
-        return stdout, None
-    return stdout[:cut], stdout[cut + len(marker) + 2 :]
 
 
 def _lines(text: str, prefix: str) -> str:
@@ -128,4 +132,4 @@ def answer(shape: Shape, stdout: str, stderr: str) -> dict[str, str]:
     return {"output": logged, "stdout": out, "stderr": err}
 
 
-__all__ = ["STDERR_PREFIX", "STDOUT_PREFIX", "answer", "demux", "log", "output_shape", "script", "split_state"]
+__all__ = ["STDERR_PREFIX", "STDOUT_PREFIX", "answer", "demux", "log", "output_shape", "script"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import shlex
 import stat
@@ -66,8 +67,9 @@ class SessionCommand:
 class Session:
     id: str
     commands: dict[str, SessionCommand] = field(default_factory=dict)
-    #: The shell's state after its last command (see ``session_shell``), given to the next.
-    state: str = ""
+    #: Where the shell's state is kept between its commands (see ``session_shell``): a token of its own, so a new
+    #: session of the same name starts afresh.
+    token: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     #: The session's shell runs one command at a time, an asynchronous one included.
     turn: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -79,6 +81,12 @@ def _not_cancelling() -> bool:
     """Whether the current task itself is not being cancelled (its client is still there)."""
     task = asyncio.current_task()
     return task is not None and task.cancelling() == 0
+
+
+def session_state_file(home: str, session: Session) -> str:
+    """The file in the sandbox's home where a session's shell keeps its state between commands."""
+    name = hashlib.sha256(session.id.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return os.path.join(home, ".daytona", "sessions", f"{name}-{session.token}", "state.sh")
 
 
 def _start_error(directory: str) -> str:
@@ -258,18 +266,15 @@ class Toolbox:
                 await asyncio.to_thread(os.makedirs, scripts, 0o755, True)
                 command_file = os.path.join(scripts, f"session-{command.id}.sh")
                 await asyncio.to_thread(write_text, command_file, command_text)
-                marker = f"__dtn_state_{uuid.uuid4().hex}"
-                program = session_shell.script(command_file, session.state, marker)
+                state_file = session_state_file(sandbox.home, session)
+                program = session_shell.script(command_file, state_file)
                 try:
                     env = dict(sandbox.env)
                     result = await self._bash(program, sandbox, env, self._default_timeout)
                 finally:
                     with contextlib.suppress(OSError):
                         os.unlink(command_file)
-            stdout, state = session_shell.split_state(result.stdout or "", marker)
-            if state is not None:
-                session.state = state
-            command.stdout, command.stderr = stdout, result.stderr or ""
+            command.stdout, command.stderr = result.stdout or "", result.stderr or ""
             command.exit_code = result.return_code if result.return_code is not None else -1
 
         if body.get("runAsync") or body.get("async"):

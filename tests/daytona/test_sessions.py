@@ -132,3 +132,47 @@ def test_what_a_command_changes_in_its_shell_does_not_break_the_next(session: tu
     )
     got = _exec(session, 'cd there; echo "$v"; basename "$PWD"')
     assert got["stdout"] == "moved\nkept\nthere\n"
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "expected"),
+    [
+        # An EXIT trap's output is the command's affair, never the state's (it once broke every later command).
+        ("trap 'echo done' EXIT; echo hi", "echo second", "second\n"),
+        ("exit() { echo bye; }; x=1", "echo $x", "1\n"),
+        # State far bigger than what the output keeps, and bytes that are no UTF-8.
+        ("X=$(head -c 300000 /dev/zero | tr '\\0' a); printf '\\xff'", "echo ${#X}", "300000\n"),
+        # Options a function needs to be read again.
+        ("shopt -s extglob\nclean() { echo !(*.keep); }", "shopt -q extglob && echo on", "on\n"),
+        # A command that sends its stdout elsewhere for good.
+        ("exec >/dev/null; Y=2", "echo $Y", "2\n"),
+        ("readonly R=1", "echo $R", "1\n"),
+        ("cd /tmp; cd /", "cd - >/dev/null; pwd", "/tmp\n"),
+        ("set -x; Z=3", "echo $Z", "3\n"),
+    ],
+)
+def test_the_state_survives_what_a_command_does_to_its_shell(
+    session: tuple[httpx.Client, str], first: str, then: str, expected: str
+) -> None:
+    _exec(session, first)
+    got = _exec(session, then)
+    assert (got["stdout"], got["stderr"], got["exitCode"]) == (expected, "", 0), got
+
+
+def test_unsetting_a_sandbox_variable_lasts(server: EmulatorServer, api_key: str) -> None:
+    client = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
+    sid = client.post("/api/sandbox", json={"env": {"FROM_SANDBOX": "yes", "SHARED": "x"}}).json()["id"]
+    prefix = f"/toolbox/{sid}/process/session"
+    assert client.post(prefix, json={"sessionId": "s"}).status_code == 201
+    session = (client, prefix + "/s")
+    _exec(session, "unset FROM_SANDBOX; export -n SHARED")
+    got = _exec(session, 'echo "${FROM_SANDBOX-gone}"; bash -c \'echo "${SHARED-unexported}"\'; echo $SHARED')
+    assert got["stdout"] == "gone\nunexported\nx\n"
+
+
+def test_a_new_session_of_the_same_name_starts_afresh(session: tuple[httpx.Client, str]) -> None:
+    client, prefix = session
+    _exec(session, "old=1")
+    assert client.delete(prefix).status_code == 204
+    assert client.post(prefix.rsplit("/", 1)[0], json={"sessionId": "s"}).status_code == 201
+    assert _exec(session, 'echo "${old-none}"')["stdout"] == "none\n"
