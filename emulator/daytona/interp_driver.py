@@ -48,7 +48,9 @@ class _Running:
     out = -1
     deaf = False
     main_thread = threading.get_ident()
-    writing = threading.Lock()  # one line at a time, from whichever thread of the code
+    writing = threading.RLock()  # one line at a time, from whichever thread of the code
+    depth = 0  # lines of the main thread being written: a signal handler's print meanwhile waits in ``queued``
+    queued: list[tuple[bytes, dict[str, object]]] = []
 
 
 def _on_sigint(_signum: int, _frame: object) -> None:
@@ -69,11 +71,18 @@ def _send(message: dict[str, object]) -> None:
         with _Running.writing:
             _write_line(line, message)
         return
+    if _Running.depth:  # a signal handler of the code prints while a line is being written: it goes after it
+        _Running.queued.append((line, message))
+        return
     running, _Running.code = _Running.code, False
+    _Running.depth += 1
     try:
         with _Running.writing:
             _write_line(line, message)
+            while _Running.queued:
+                _write_line(*_Running.queued.pop(0))
     finally:
+        _Running.depth -= 1
         _Running.code = running
     if running and _Running.interrupted:
         _Running.interrupted = False
@@ -102,6 +111,9 @@ class _Chunks(io.TextIOBase):
         self._kind = kind
         self._parts: list[str] = []
         self._size = 0
+        # A flush under way: what a signal handler (or another thread) writes meanwhile is sent by that flush, after
+        # what it took, never twice, never lost.
+        self._flushing = False
 
     def writable(self) -> bool:
         return True
@@ -112,17 +124,21 @@ class _Chunks(io.TextIOBase):
         text = data if isinstance(data, str) else str(data)
         self._parts.append(text)
         self._size += len(text)
-        if "\n" in text or self._size >= 1024:
+        if ("\n" in text or self._size >= 1024) and not self._flushing:
             self.flush()
         return len(text)
 
     def flush(self) -> None:
-        if not self._parts:
+        if self._flushing:
             return
-        payload = "".join(self._parts)
-        self._parts.clear()
-        self._size = 0
-        _send({"type": self._kind, "text": payload})
+        self._flushing = True
+        try:
+            while self._parts:
+                parts, self._parts = self._parts, []  # a write between these two lands in one of them: sent
+                self._size = 0
+                _send({"type": self._kind, "text": "".join(parts)})
+        finally:
+            self._flushing = False
 
     def isatty(self) -> bool:
         return False
@@ -270,6 +286,7 @@ def main() -> None:
         nonce = request["nonce"]
         error: dict[str, str] | None = None
         code = None
+        _Running.interrupted = False  # from here on a SIGINT is this run's, as the worker's handler raises at once
         try:  # compiled before a wait for the start (its error is reported after it, as the run's would be)
             code = compile(request["code"], "<string>", "exec")
         except BaseException as exc:
@@ -280,14 +297,19 @@ def main() -> None:
             continue
         interrupted = False
         if code is not None:
-            saved = dict(os.environ)
+            envs: dict[str, str] = request.get("envs") or {}
+            saved: dict[str, str | None] = {}  # the worker puts back only what it was given
+            for key in envs:
+                with contextlib.suppress(ValueError, TypeError):  # a name no environment holds: never set either
+                    saved[key] = os.environ.get(key)
             streams = sys.stdout, sys.stderr
             out, err = _Chunks("stdout"), _Chunks("stderr")
             try:  # a name the environment cannot hold (a NUL, an '=') is the run's error, as the real worker says it
-                os.environ.update(request.get("envs") or {})
+                os.environ.update(envs)
                 sys.stdout, sys.stderr = out, err
-                _Running.interrupted = False
                 _Running.code = True
+                if _Running.interrupted:  # a SIGINT came before the code could start (while it compiled)
+                    raise KeyboardInterrupt("Execution interrupted")
                 exec(code, namespace)
                 _Running.code = False  # a SIGINT from here on is ignored; one before it is this run's interruption
             except KeyboardInterrupt:
@@ -302,11 +324,17 @@ def main() -> None:
             finally:
                 _Running.code = False
                 sys.stdout, sys.stderr = streams
-                os.environ.clear()
-                os.environ.update(saved)
+                for key, value in saved.items():
+                    with contextlib.suppress(ValueError, OSError):
+                        if value is None:
+                            os.environ.pop(key, None)
+                        else:
+                            os.environ[key] = value
             for chunks in (out, err):  # what the code left unsent, as the worker's ``finally`` sends it
                 with contextlib.suppress(Exception):
                     chunks.flush()
+        if error is not None and len(json.dumps({"type": "error", **error})) >= _LINE_LIMIT:
+            _send({"type": "error", **error})  # the worker's error line is past the daemon's limit: it hears no more
         answer: dict[str, object] = {"end": nonce, "error": error}
         if interrupted:
             answer["interrupted"] = True

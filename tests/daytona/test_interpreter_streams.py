@@ -134,3 +134,47 @@ def test_output_from_the_codes_threads_all_arrives(
     got = "".join(str(text) for _, text in _texts(frames))
     expected = "".join(f"{n} {i} " + "x" * 200 + "\n" for n in ("a", "b", "main") for i in range(300))
     assert sorted(got) == sorted(expected)
+
+
+def test_a_signal_handler_that_prints_mid_line_neither_hangs_nor_breaks_lines(
+    graceful: EmulatorServer, api_key: str, graceful_sandbox: str
+) -> None:
+    code = (
+        "import signal\n"
+        "ticks = []\n"
+        "def tick(*_):\n"
+        "    ticks.append(1)\n"
+        "    print('tick')\n"
+        "signal.signal(signal.SIGALRM, tick)\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0.001, 0.001)\n"
+        "for i in range(20000):\n"
+        "    print(i)\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0)\n"
+        "print('ticks', len(ticks) > 0)\n"
+    )
+    frames, close = interpreter_frames(graceful, api_key, graceful_sandbox, {"code": code, "timeout": 30})
+    assert close == 1000, frames
+    # A tick may land between a number and its newline (print writes them apart), or inside another tick, as in any
+    # Python; no number is lost or sent twice.
+    text = "".join(str(text) for _, text in _texts(frames)).replace("tick", "")
+    assert [line for line in text.split("\n") if line] == [*map(str, range(20000)), "s True"]
+
+
+def test_the_environment_the_code_sets_outlives_its_run_and_envs_are_put_back(
+    graceful: EmulatorServer, api_key: str, graceful_sandbox: str
+) -> None:
+    first = {"code": "import os\nos.environ['MINE'] = 'kept'\nprint(os.environ['GIVEN'])", "envs": {"GIVEN": "1"}}
+    frames, _ = interpreter_frames(graceful, api_key, graceful_sandbox, first)
+    assert _texts(frames) == [("stdout", "1\n")]
+    then = {"code": "import os\nprint(os.environ.get('MINE'), os.environ.get('GIVEN'))"}
+    frames, _ = interpreter_frames(graceful, api_key, graceful_sandbox, then)
+    assert _texts(frames) == [("stdout", "kept None\n")]  # as the worker: only the keys it was given are put back
+
+
+def test_an_error_past_the_daemons_line_limit_silences_the_context_too(
+    graceful: EmulatorServer, api_key: str, graceful_sandbox: str
+) -> None:
+    frames, close = interpreter_frames(
+        graceful, api_key, graceful_sandbox, {"code": "raise ValueError('x' * 600000)", "timeout": 1}
+    )
+    assert close == 4008 and frames == []  # the error line (value and traceback) is 1.2 MB: never read
