@@ -13,6 +13,8 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
+from emulator.executor.workdir import write_all
+
 from .errors import ApiError
 from .sandboxes import Sandbox
 
@@ -231,9 +233,7 @@ def write_file(sandbox: Sandbox, target: str, data: bytes) -> None:
     except FileExistsError:
         fd = os.open(final, flags | os.O_TRUNC)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(fd, data)
     finally:
         os.close(fd)
 

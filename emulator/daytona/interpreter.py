@@ -217,11 +217,17 @@ class Interpreters:
     async def start(self, context: Context) -> None:
         """Start the context's process now (the daemon starts it when the context is created)."""
         async with context.lock:
-            if context.closed:
-                raise RuntimeError("context deleted")
-            if context.process is None or context.process.returncode is not None:
-                self._stop(context)
-                await self._start(context)
+            await self._ensure_running(context)
+
+    async def _ensure_running(self, context: Context) -> bool:
+        """Under the context's lock: start its process if it has none alive; True if it was started now."""
+        if context.closed:
+            raise RuntimeError("context deleted")
+        if context.process is None or context.process.returncode is not None:
+            self._stop(context)
+            await self._start(context)
+            return True
+        return False
 
     def get(self, sandbox_id: str, context_id: str) -> Context | None:
         return self._contexts.get(sandbox_id, {}).get(context_id)
@@ -353,13 +359,8 @@ class Interpreters:
         leaves before ``start_at``; the interpreter is then told to skip the code (``cancelled`` in the outcome).
         """
         async with context.lock:
-            if context.closed:
-                raise RuntimeError("context deleted")
-            if context.process is None or context.process.returncode is not None:
-                self._stop(context)
-                await self._start(context)
-            elif context.uid is not None:
-                await _hand_over(context.home, context.uid)
+            if not await self._ensure_running(context) and context.uid is not None:
+                await _hand_over(context.home, context.uid)  # a started process got it already
             process = context.process
             assert process is not None and process.stdin is not None and process.stdout is not None
             stdout = process.stdout

@@ -20,6 +20,13 @@ _NAME_MAX = 255
 _real_roots: dict[str, str] = {}
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` to ``fd`` (``os.write`` may take fewer at a time)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def _random_name() -> str:
     return "tmp" + os.urandom(8).translate(_NAME_TABLE).decode("ascii")
 
@@ -244,9 +251,7 @@ class DeferredWorkdir:
                 if exclusive:
                     fd = os.open(target, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
                     try:
-                        view = memoryview(data)
-                        while view:
-                            view = view[os.write(fd, view) :]
+                        write_all(fd, data)
                     finally:
                         os.close(fd)
                 else:

@@ -85,3 +85,12 @@ def interpreter_frames(
             return got, ws.close_code
 
     return asyncio.run(frames())
+
+
+@pytest.fixture
+def tb(server: EmulatorServer, api_key: str) -> tuple[httpx.Client, str]:
+    """A client of the shared server and the toolbox prefix (``/toolbox/<id>``) of a fresh sandbox."""
+    client = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
+    created = client.post("/api/sandbox", json={})
+    assert created.status_code == 200, created.text
+    return client, f"/toolbox/{created.json()['id']}"

@@ -12,14 +12,6 @@ from emulator.server import EmulatorServer
 from .conftest import interpreter_frames
 
 
-@pytest.fixture
-def tb(server: EmulatorServer, api_key: str) -> tuple[httpx.Client, str]:
-    client = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
-    created = client.post("/api/sandbox", json={})
-    assert created.status_code == 200, created.text
-    return client, f"/toolbox/{created.json()['id']}"
-
-
 def test_a_context_starts_at_creation_in_its_cwd(
     server: EmulatorServer, api_key: str, tb: tuple[httpx.Client, str]
 ) -> None:

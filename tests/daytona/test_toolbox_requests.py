@@ -16,16 +16,6 @@ import httpx
 import pytest
 from daytona import Daytona, DaytonaConfig, SessionExecuteRequest
 
-from emulator.server import EmulatorServer
-
-
-@pytest.fixture
-def tb(server: EmulatorServer, api_key: str) -> tuple[httpx.Client, str]:
-    client = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
-    created = client.post("/api/sandbox", json={})
-    assert created.status_code == 200, created.text
-    return client, f"/toolbox/{created.json()['id']}"
-
 
 def _message(response: httpx.Response, status: int = 400) -> str:
     assert response.status_code == status, response.text
