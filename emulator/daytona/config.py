@@ -100,6 +100,11 @@ class DaytonaConfig:
     interpreter_timeout: float = 600.0
     #: Seconds a timed-out execution has to end after its SIGINT before its process is killed (the daemon's 2).
     interpreter_grace: float = 2.0
+    #: Seconds a session's shell has after the SIGTERM of its deletion before it is killed (the daemon's
+    #: ``DAYTONA_TERMINATION_GRACE_PERIOD``, 5 s; a shell that has run a command catches SIGTERM and waits it out).
+    session_termination_grace: float = 5.0
+    #: Bytes of a session command's log kept (the daemon's log is a file with no bound); past it, output is dropped.
+    session_log_limit: int = 64 * 1024 * 1024
     #: First uid of the interpreter processes (one uid per live interpreter context; root only).
     interpreter_uid_base: int = 300_000
     interpreter_uid_count: int = 4096

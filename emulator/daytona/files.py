@@ -250,9 +250,3 @@ def is_dir(target: str) -> bool:
 def not_a_dir_reason(target: str) -> str:
     """Why a process cannot start in ``target`` (no directory there), as the kernel's error reads."""
     return "not a directory" if os.path.exists(target) else "no such file or directory"
-
-
-def write_text(target: str, text: str) -> None:
-    with open(target, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.chmod(target, 0o644)

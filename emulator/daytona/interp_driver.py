@@ -1,7 +1,8 @@
 """Runs inside an interpreter context's process: a persistent namespace fed code over a pipe.
 
 argv: ``<limits JSON> <uid> <gid>`` (uid ``-`` = no change). Started as the emulator's user,
-it lowers its rlimits and drops to the sandbox uid (no supplementary groups) before reading any code.
+it lowers its rlimits and drops to the sandbox uid (no supplementary groups) before reading any code. With
+``--exec PROGRAM ARG...`` after them it becomes that program once dropped, as a Daytona session's shell starts.
 Each command is a JSON line ``{"code", "envs", "nonce"}`` (and ``"start_at"``: a ``time.monotonic()`` before which
 the code must not start). The answer comes as JSON lines on the original stdout: output chunks
 ``{"type": "stdout"|"stderr", "text"}``, then ``{"end": nonce, "error": null | {name, value, traceback}}`` (plus
@@ -264,6 +265,8 @@ def main() -> None:
     _apply_limits(json.loads(sys.argv[1]))
     if sys.argv[2] != "-":
         _become(int(sys.argv[2]), int(sys.argv[3]))
+    if sys.argv[4:5] == ["--exec"]:  # a session's shell: limits and uid as a context's, then the program itself
+        os.execv(sys.argv[5], sys.argv[5:])
     # What the code sees of how it runs: the worker's, a script the daemon writes to its temp dir (``/tmp``, the
     # daemon's own, not the sandbox's $TMPDIR), not ours (whose directory, first on sys.path, would let
     # ``import config`` load the emulator's own module).

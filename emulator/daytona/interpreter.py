@@ -31,7 +31,7 @@ from emulator.faults.bodies import now_iso
 
 from .go_json import as_go_decodes
 
-_DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "interp_driver.py")
+DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "interp_driver.py")
 #: How long the last chunk waits for the end of the run before it is sent alone (seconds).
 _HOLD_S = 0.005
 _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -295,16 +295,37 @@ class Interpreters:
         self._handing_back.add(task)
         task.add_done_callback(self._handing_back.discard)
 
-    async def _start(self, context: Context) -> None:
+    def limits(self, uid: int | None) -> dict[str, int]:
+        """The rlimits of a context's process (and of a session's shell), as the driver applies them."""
         settings = self.settings
-        uid = self._uids.take()
         mib = 1024 * 1024
-        limits = {
+        return {
             "RLIMIT_NPROC": settings.max_processes if uid is not None else 0,
             "RLIMIT_FSIZE": settings.max_file_size_mb * mib,
             "RLIMIT_AS": settings.max_address_space_mb * mib,
             "RLIMIT_CORE": 1,  # setrlimit(0) is skipped by the driver; 1 byte means no usable core
         }
+
+    async def lease(self, home: str) -> int | None:
+        """A uid of the pool for another long-lived process of a sandbox (a session's shell), the home handed to
+        it until :meth:`release`; None when the emulator does not change uids."""
+        uid = self._uids.take()
+        if uid is not None:
+            try:
+                await _hand_over(home, uid)
+            except BaseException:
+                self._give_back(home, uid)
+                raise
+        return uid
+
+    def release(self, home: str, uid: int | None) -> None:
+        """Kill what is left under a leased uid, hand the home back, then free the uid."""
+        self._give_back(home, uid)
+
+    async def _start(self, context: Context) -> None:
+        settings = self.settings
+        uid = self._uids.take()
+        limits = self.limits(uid)
         env = {
             "PATH": f"{_bin_dir(settings.python)}:{_SYSTEM_PATH}",
             "LANG": "C.UTF-8",
@@ -319,7 +340,7 @@ class Interpreters:
                 await _hand_over(context.home, uid)
             process = await asyncio.create_subprocess_exec(
                 settings.python,
-                _DRIVER,
+                DRIVER,
                 json.dumps(limits),
                 "-" if uid is None else str(uid),
                 str(_NOGROUP),

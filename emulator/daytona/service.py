@@ -42,10 +42,12 @@ from .files import (
 )
 from .go_fields import string_field
 from .go_json import as_go_decodes
-from .interpreter import Context, Interpreters, InterpreterSettings, InterpreterTimeout
+from .interpreter import DRIVER, Context, Interpreters, InterpreterSettings, InterpreterTimeout
 from .interpreter_request import Refusal, parse_execute_request
 from .report import code_digest
 from .sandboxes import Sandbox, SandboxStore, interval_minutes
+from .session_logs import stream_log
+from .sessions import SessionCommand, SessionShells, ShellStart
 from .throttle import Throttlers, Verdict
 from .toolbox import ACCEPTED, COMMAND, CommandTimeout, SandboxGone, Toolbox, delete_path
 
@@ -80,6 +82,7 @@ TOOLBOX_ROUTES: tuple[tuple[str, str, str], ...] = (
     ("POST", "/process/session/{session}/exec", "daytona.toolbox.session.exec"),
     ("GET", "/process/session/{session}/command/{command}", "daytona.toolbox.session.command"),
     ("GET", "/process/session/{session}/command/{command}/logs", "daytona.toolbox.session.logs"),
+    ("POST", "/process/session/{session}/command/{command}/input", "daytona.toolbox.session.input"),
     ("POST", "/process/interpreter/context", "daytona.interpreter.context.create"),
     ("GET", "/process/interpreter/context", "daytona.interpreter.context.list"),
     ("DELETE", "/process/interpreter/context/{context}", "daytona.interpreter.context.delete"),
@@ -139,10 +142,13 @@ class DaytonaService:
         self.python = python
         self.store = SandboxStore(config, now)
         self.throttlers = Throttlers(config.throttlers, now)
-        self.toolbox = Toolbox(executor, config.default_command_timeout)
         uid_base = config.interpreter_uid_base if os.geteuid() == 0 else None
         settings = InterpreterSettings(python, uid_base, config.interpreter_uid_count, grace=config.interpreter_grace)
         self.interpreters = Interpreters(settings)
+        interpreters = self.interpreters
+        start = ShellStart(python, DRIVER, interpreters.limits, interpreters.lease, interpreters.release)
+        shells = SessionShells(start, config.session_termination_grace, config.session_log_limit)
+        self.toolbox = Toolbox(executor, config.default_command_timeout, shells)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.store.on_destroy.append(self._halt)
 
@@ -197,6 +203,9 @@ class DaytonaService:
         for method, path, route in TOOLBOX_ROUTES:
             app.router.add_route("/toolbox/{sid}" + path, self._toolbox_endpoint(route), methods=[method])
         app.router.add_websocket_route("/toolbox/{sid}/process/interpreter/execute", self._interpreter_ws)
+        app.router.add_websocket_route(
+            "/toolbox/{sid}/process/session/{session}/command/{command}/logs", self._session_logs_ws
+        )
 
     def _control_endpoint(self, route: str, throttlers: tuple[str, ...]) -> Endpoint:
         operation = getattr(self, "_op_" + route.rsplit(".", 1)[1])
@@ -392,7 +401,7 @@ class DaytonaService:
         return await self.toolbox.code_run(sandbox, _daemon_body(body), self.python)
 
     async def _tb_toolbox_session_create(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        self.toolbox.create_session(sandbox, _daemon_body(body))
+        await self.toolbox.create_session(sandbox, _daemon_body(body))
         return Response(status_code=201)
 
     async def _tb_toolbox_session_list(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
@@ -402,28 +411,36 @@ class DaytonaService:
         return self.toolbox.session(sandbox, request.path_params["session"]).to_json()
 
     async def _tb_toolbox_session_delete(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        self.toolbox.delete_session(sandbox, request.path_params["session"])
+        await self.toolbox.delete_session(sandbox, request.path_params["session"])
         return Response(status_code=204)
 
     async def _tb_toolbox_session_exec(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        """``SessionExecuteResponse`` as the daemon's encoder writes it: every field there, null when unset (an
+        asynchronous command's answer, 202, holds its ``cmdId`` alone)."""
         answer = await self.toolbox.session_exec(sandbox, request.path_params["session"], _daemon_body(body))
+        empty = {"output": None, "stdout": None, "stderr": None, "exitCode": None}
         if answer.pop(ACCEPTED, False):
-            return json_response(answer, 202)
-        command = answer.pop(COMMAND)
+            return json_response({"cmdId": answer["cmdId"], **empty}, 202)
+        command: SessionCommand = answer.pop(COMMAND)
         shape = session_shell.output_shape(request.headers)
-        return {"cmdId": answer["cmdId"], **session_shell.answer(shape, command.stdout, command.stderr), **answer}
+        return {"cmdId": answer["cmdId"], **session_shell.answer(shape, command.text()), "exitCode": command.exit_code}
 
     async def _tb_toolbox_session_command(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         params = request.path_params
         return self.toolbox.command(sandbox, params["session"], params["command"]).to_json()
 
+    async def _tb_toolbox_session_input(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        params = request.path_params
+        await self.toolbox.send_input(sandbox, params["session"], params["command"], _daemon_body(body))
+        return Response(status_code=204)
+
     async def _tb_toolbox_session_logs(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        """The command's log as the daemon answers it: JSON ``{output, stdout, stderr}`` to an SDK that has the
-        daemon take the streams apart, the log as text otherwise (without its markers when combined)."""
+        """The command's log so far, as the daemon answers it: JSON ``{output, stdout, stderr}`` to an SDK that has
+        the daemon take the streams apart, the log as text otherwise (without its markers when combined)."""
         params = request.path_params
         command = self.toolbox.command(sandbox, params["session"], params["command"])
         shape = session_shell.output_shape(request.headers)
-        fields = session_shell.answer(shape, command.stdout, command.stderr)
+        fields = session_shell.answer(shape, command.text())
         if shape == "split":
             return fields
         return Response(fields["output"], media_type="text/plain; charset=utf-8")
@@ -569,6 +586,42 @@ class DaytonaService:
         if tail == "version":
             return {"version": "0.226.1"}
         return {"dir": sandbox.home}
+
+    # ------------------------------------------------------------------ session logs WebSocket
+
+    async def _session_logs_ws(self, websocket: WebSocket) -> None:
+        """``GET .../logs`` upgraded, as the daemon's ``ReadLog``: the log from its start in binary messages (its
+        markers kept for an SDK from 0.27, taken out for an older one), then, with ``follow=true``, what comes while
+        the command runs; closed 1000 once the command has ended and the log is sent (the daemon looks for the
+        command's end each time its reader has found nothing new for a second), or when the session is deleted."""
+
+        async def serve() -> str:
+            self._loop = asyncio.get_running_loop()
+            path = websocket.url.path
+            if not self._authorized(websocket.headers):
+                await websocket.send_denial_response(api_error(401, "Unauthorized", path))
+                return "invalid"
+            sandbox = self.store.find(websocket.path_params["sid"])
+            if sandbox is None or sandbox.state != "started":
+                message = "Sandbox not found" if sandbox is None else "Sandbox is not started"
+                await websocket.send_denial_response(
+                    daemon_error(404 if sandbox is None else 400, message, path, "GET")
+                )
+                return "invalid"
+            params = websocket.path_params
+            try:
+                session = self.toolbox.session(sandbox, params["session"])
+                command = self.toolbox.command(sandbox, params["session"], params["command"])
+            except ApiError as refused:
+                await websocket.send_denial_response(daemon_error(refused.status, refused.message, path, "GET"))
+                return "invalid"
+            self.store.mark_activity(sandbox)
+            await websocket.accept()
+            combined = session_shell.output_shape(websocket.headers) == "combined"
+            follow = websocket.query_params.get("follow") == "true"
+            return await stream_log(websocket, session, command, follow, combined)
+
+        await self.gate.handle_ws("daytona.toolbox.session.logs", websocket, serve)
 
     # ------------------------------------------------------------------ interpreter WebSocket
 

@@ -1,85 +1,81 @@
-"""A Daytona session's shell, as the daemon keeps it: one shell per session, which runs its commands one after the
-other, each sourced in it (``. cmd.sh``), so that a ``cd``, a variable, an ``export``, a function, an alias or a
-``shopt`` of one command is there for the next.
+"""What a Daytona session's shell is fed, and how its log is read back (the daemon's ``pkg/session``).
 
-Here each command runs in a bash of its own, which loads the session's state first and writes it again after the
-command: the shell options (``shopt``), variables (read-only ones included, not the shell's own), the sandbox
-variables the command unset or stopped exporting, functions, aliases and the working directory. The state is a
-file in the sandbox's home (under ``.daytona/sessions/``, named for the session and a token of its own, so a new
-session of the same name starts afresh), read and written by the command's own uid only, never by the emulator.
-What a command leaves running in the background does not outlive it here (it does on the real service), its traps
-are cleared when it ends (the daemon's shell keeps them until the session ends) and ``set -o`` options are not kept.
+The daemon keeps one shell per session, started when the session is created and fed each command on its stdin,
+wrapped in a script that (1) starts two labelers, which read the command's stdout and stderr through FIFOs and append
+each line to the command's log prefixed with its stream's marker (``\\x01\\x01\\x01``, ``\\x02\\x02\\x02``; a last
+line without a newline gets one, a NUL is dropped), (2) sources the command file in the shell itself, its stdin a
+FIFO (empty for a synchronous command, kept open for ``input`` to an asynchronous one), (3) waits for both labelers
+to drain, then (4) records the exit code. So everything a command changes in its shell (directory, variables,
+functions, options, traps, jobs) is there for the next one, and a background job that keeps the command's output open
+keeps the command running.
 
-The output is kept as the daemon logs it: each line of stdout and stderr, prefixed with its stream's marker
-(``\x01\x01\x01``, ``\x02\x02\x02``) and ended with a newline (a last line without one gets one); what the
-answer holds depends on the SDK's version, as the daemon decides it (see :func:`output_shape`).
+Here the script is the emulator's own, with the same steps; its log lines go to two FIFOs the emulator reads as they
+come (the stream channels, owned by the emulator's directory, never by the sandbox), and the exit code is a record of
+its own on the stdout channel after the labelers have drained: ``\\x03\\x03\\x03<command id> <exit code>``.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass
 from typing import Any, Literal
 
 STDOUT_PREFIX = "\x01\x01\x01"
 STDERR_PREFIX = "\x02\x02\x02"
-
-# The shell's own variables, and those it changes by itself: never carried from one command to the next.
-_SHELL_OWN = (
-    "BASH|BASHOPTS|BASHPID|BASH_ALIASES|BASH_ARGC|BASH_ARGV|BASH_ARGV0|BASH_CMDS|BASH_COMMAND|BASH_EXECUTION_STRING|"
-    "BASH_LINENO|BASH_SOURCE|BASH_SUBSHELL|BASH_VERSINFO|BASH_VERSION|EUID|UID|PPID|SHELLOPTS|RANDOM|SRANDOM|"
-    "SECONDS|LINENO|EPOCHREALTIME|EPOCHSECONDS|FUNCNAME|GROUPS|PIPESTATUS|DIRSTACK|HISTCMD|SHLVL|OPTIND|OPTARG|"
-    "OPTERR|_|PWD|OLDPWD|COLUMNS|LINES|__dtn_*"
-)
-
-# Run after the command, as its own first act: nothing the command changed may stop it (its options, its IFS, its
-# traps, a redirection of its stdout by exec); what it writes goes to the state file alone.
-_DUMP = f"""\
-builtin trap - EXIT DEBUG ERR RETURN
-builtin set +euxvo pipefail +o noglob
-{{
-builtin shopt -p
-while IFS= builtin read -r __dtn_v; do
-  case $__dtn_v in {_SHELL_OWN}) continue;; esac
-  builtin declare -p "$__dtn_v"
-done < <(builtin compgen -v)
-for __dtn_v in "${{__dtn_base[@]}}"; do
-  if [[ ! -v $__dtn_v ]]; then builtin printf 'builtin unset -v %q\n' "$__dtn_v"
-  elif [[ ${{!__dtn_v@a}} != *x* ]]; then builtin printf 'builtin export -n %q\n' "$__dtn_v"; fi
-done
-builtin declare -f
-builtin alias -p
-builtin printf 'builtin cd -- %q\nOLDPWD=%q\n' "$PWD" "${{OLDPWD-}}"
-}} > "$__dtn_state.new" 2>/dev/null && builtin command mv -f -- "$__dtn_state.new" "$__dtn_state"
-"""
+#: Starts the line on the stdout channel that says a command ended (never a log line: those start with a marker).
+EXIT_PREFIX = b"\x03\x03\x03"
 
 
-def script(command_file: str, state_file: str) -> str:
-    """The bash script that runs one command of a session: the state loaded (from ``state_file``, if there), the
-    command sourced with an empty stdin (the daemon's for a command run synchronously), the state written back."""
+@dataclass(frozen=True)
+class CommandPaths:
+    """The files of one command, in the session's directory (the emulator's, mode 0711)."""
+
+    script: str  # the command's text, sourced by the shell
+    stdout: str  # FIFO: the command's stdout, read by the stdout labeler
+    stderr: str  # FIFO: the command's stderr, read by the stderr labeler
+    stdin: str  # FIFO: the command's stdin
+
+    def all(self) -> tuple[str, str, str, str]:
+        return (self.script, self.stdout, self.stderr, self.stdin)
+
+
+def _labeler(source: str, prefix: str, channel: str) -> str:
+    octal = "".join(f"\\{ord(c):03o}" for c in prefix)
     return (
-        f"__dtn_state={shlex.quote(state_file)}\n"
-        "builtin mapfile -t __dtn_base < <(builtin compgen -e)\n"
-        '{ builtin command mkdir -p -- "${__dtn_state%/*}"\n'
-        '[[ -f $__dtn_state ]] && . "$__dtn_state"; } >/dev/null 2>&1\n'
-        f"{{ . {shlex.quote(command_file)}; }} </dev/null\n"
-        f"{{ __dtn_ec=$?\n{_DUMP}}} >/dev/null 2>&1\n"
-        'builtin exit "$__dtn_ec"\n'
+        f"( while IFS= builtin read -r __dtn_line || [[ -n $__dtn_line ]]; do "
+        f"builtin printf '{octal}%s\\n' \"$__dtn_line\"; done <{source} >>{channel} ) &"
     )
 
 
-def _lines(text: str, prefix: str) -> str:
-    """``text`` as the daemon's labeler writes it: each line prefixed and newline-ended (``read -r`` drops NULs)."""
-    if not text:
-        return ""
-    body = text[:-1] if text.endswith("\n") else text
-    return "".join(f"{prefix}{line}\n" for line in body.replace("\0", "").split("\n"))
+def wrapper(command_id: str, paths: CommandPaths, out_channel: str, err_channel: str, run_async: bool) -> str:
+    """The script the session's shell runs for one command (one compound command: read whole before it runs).
 
-
-def log(stdout: str, stderr: str) -> str:
-    """The command's log: its stdout lines, then its stderr lines (the daemon interleaves them as they come; the
-    order between the two streams is not kept here)."""
-    return _lines(stdout, STDOUT_PREFIX) + _lines(stderr, STDERR_PREFIX)
+    A synchronous command's stdin is a FIFO whose only writer opens and closes it (so a read sees its end); an
+    asynchronous one's writer is the emulator, which keeps it open for ``input`` until the command ends. The traps
+    are the daemon's: its script sets them on EXIT, HUP, INT and TERM, so a session's shell outlives a SIGTERM once
+    it has run a command (a deletion then waits out its grace period)."""
+    q = shlex.quote
+    lines = [
+        "{",
+        "builtin trap -- 'builtin :' EXIT HUP INT TERM",
+        _labeler(q(paths.stdout), STDOUT_PREFIX, q(out_channel)),
+        "__dtn_out=$!",
+        _labeler(q(paths.stderr), STDERR_PREFIX, q(err_channel)),
+        "__dtn_err=$!",
+    ]
+    if not run_async:
+        lines += [f"builtin : >{q(paths.stdin)} &", "__dtn_in=$!"]
+    lines.append(f"{{ . {q(paths.script)}; }} <{q(paths.stdin)} >{q(paths.stdout)} 2>{q(paths.stderr)}")
+    lines.append("__dtn_code=$?")
+    if not run_async:
+        lines.append('builtin kill "$__dtn_in" 2>/dev/null; builtin wait "$__dtn_in" 2>/dev/null')
+    lines += [
+        'builtin wait "$__dtn_out" "$__dtn_err"',
+        f"builtin printf '\\003\\003\\003%s %s\\n' {q(command_id)} \"$__dtn_code\" >>{q(out_channel)}",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def demux(text: str) -> tuple[str, str]:
@@ -89,6 +85,10 @@ def demux(text: str) -> tuple[str, str]:
     for match in re.finditer(r"(\x01\x01\x01|\x02\x02\x02)((?:(?!\x01\x01\x01|\x02\x02\x02)[\s\S])*)", text):
         (out if match.group(1) == STDOUT_PREFIX else err).append(match.group(2))
     return "".join(out), "".join(err)
+
+
+def strip_markers(text: str) -> str:
+    return text.replace(STDOUT_PREFIX, "").replace(STDERR_PREFIX, "")
 
 
 Shape = Literal["split", "raw", "combined"]
@@ -121,15 +121,25 @@ def output_shape(headers: Any) -> Shape:
     return "raw" if version < (0, 167, 0) else "split"
 
 
-def answer(shape: Shape, stdout: str, stderr: str) -> dict[str, str]:
-    """The output fields of an answer (``output``, and ``stdout``/``stderr`` when split)."""
-    logged = log(stdout, stderr)
+def answer(shape: Shape, logged: str) -> dict[str, str | None]:
+    """The output fields of an answer: ``output``, and ``stdout``/``stderr`` (null unless split, as the daemon's
+    pointers)."""
     if shape == "combined":
-        return {"output": logged.replace(STDOUT_PREFIX, "").replace(STDERR_PREFIX, "")}
+        return {"output": strip_markers(logged), "stdout": None, "stderr": None}
     if shape == "raw":
-        return {"output": logged}
+        return {"output": logged, "stdout": None, "stderr": None}
     out, err = demux(logged)
     return {"output": logged, "stdout": out, "stderr": err}
 
 
-__all__ = ["STDERR_PREFIX", "STDOUT_PREFIX", "answer", "demux", "log", "output_shape", "script"]
+__all__ = [
+    "EXIT_PREFIX",
+    "STDERR_PREFIX",
+    "STDOUT_PREFIX",
+    "CommandPaths",
+    "answer",
+    "demux",
+    "output_shape",
+    "strip_markers",
+    "wrapper",
+]

@@ -8,24 +8,20 @@ a non-zero exit is HTTP 200 with ``exitCode``; a timeout is 408 ``REQUEST_TIMEOU
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import hashlib
 import os
 import shlex
 import stat
-import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from emulator.executor import ExecutionRequest, ExecutionResult, Executor
 from emulator.executor.trees import remove_tree
 
-from . import session_shell
 from .errors import ApiError
-from .files import is_dir, not_a_dir_reason, resolve, write_text
+from .files import is_dir, not_a_dir_reason, resolve
 from .go_fields import envs_field, string_field, type_error, uint32_field
 from .sandboxes import Sandbox
+from .sessions import Session, SessionCancelled, SessionCommand, SessionShells
 
 BASH = "/bin/bash"
 #: The daemon's session of the sandbox's entrypoint: reserved, never made, run in or deleted through the API.
@@ -47,46 +43,10 @@ class SandboxGone(Exception):
     """The sandbox was stopped or deleted while its command ran: the command was killed with it."""
 
 
-@dataclass
-class SessionCommand:
-    id: str
-    command: str
-    exit_code: int | None = None
-    stdout: str = ""
-    stderr: str = ""
-    task: asyncio.Task[None] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"id": self.id, "command": self.command}
-        if self.exit_code is not None:
-            data["exitCode"] = self.exit_code
-        return data
-
-
-@dataclass
-class Session:
-    id: str
-    commands: dict[str, SessionCommand] = field(default_factory=dict)
-    #: Where the shell's state is kept between its commands (see ``session_shell``): a token of its own, so a new
-    #: session of the same name starts afresh.
-    token: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    #: The session's shell runs one command at a time, an asynchronous one included.
-    turn: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"sessionId": self.id, "commands": [c.to_json() for c in self.commands.values()]}
-
-
 def _not_cancelling() -> bool:
     """Whether the current task itself is not being cancelled (its client is still there)."""
     task = asyncio.current_task()
     return task is not None and task.cancelling() == 0
-
-
-def session_state_file(home: str, session: Session) -> str:
-    """The file in the sandbox's home where a session's shell keeps its state between commands."""
-    name = hashlib.sha256(session.id.encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    return os.path.join(home, ".daytona", "sessions", f"{name}-{session.token}", "state.sh")
 
 
 def _start_error(directory: str) -> str:
@@ -101,9 +61,10 @@ def _combined(result: ExecutionResult) -> str:
 class Toolbox:
     """Runs toolbox operations for sandboxes of one emulator."""
 
-    def __init__(self, executor: ExecutorGetter, default_timeout: float) -> None:
+    def __init__(self, executor: ExecutorGetter, default_timeout: float, shells: SessionShells) -> None:
         self._executor = executor
         self._default_timeout = default_timeout
+        self.shells = shells
         self._sessions: dict[str, dict[str, Session]] = {}
         self._running: dict[str, set[asyncio.Task[ExecutionResult]]] = {}
 
@@ -112,9 +73,7 @@ class Toolbox:
         for task in self._running.pop(sandbox_id, set()):
             task.cancel()  # the executor kills the program
         for session in self._sessions.pop(sandbox_id, {}).values():
-            for command in session.commands.values():
-                if command.task is not None and not command.task.done():
-                    command.task.cancel()
+            self.shells.drop(session)
 
     def _timeout(self, seconds: int | None) -> float:
         """The daemon runs a command with no timeout when the request sets none or 0; here the configured default
@@ -227,61 +186,81 @@ class Toolbox:
             raise ApiError(404, "session not found")
         return session
 
-    def create_session(self, sandbox: Sandbox, body: dict[str, Any]) -> None:
-        session_id = body.get("sessionId")
-        if not isinstance(session_id, str) or not session_id:
-            raise ApiError(400, "sessionId is required")
+    async def create_session(self, sandbox: Sandbox, body: dict[str, Any]) -> None:
+        """The session's shell starts now, as the daemon's does."""
+        session_id = string_field(body, "sessionId", "CreateSessionRequest", "")
+        if not session_id:
+            raise ApiError(
+                400,
+                "Key: 'CreateSessionRequest.SessionId' Error:Field validation for 'SessionId' failed on the "
+                "'required' tag",
+                "INVALID_REQUEST_BODY",
+            )
         if session_id == ENTRYPOINT_SESSION:
             raise ApiError(400, "provided session ID is reserved and cannot be created/overridden")
         sessions = self.sessions(sandbox)
         if session_id in sessions:
             raise ApiError(409, "session already exists")
-        sessions[session_id] = Session(session_id)
+        session = Session(session_id)
+        sessions[session_id] = session
+        executor = await self._executor()
+        env = {**executor.base_env(sandbox.home), **sandbox.env}
+        try:
+            await self.shells.open(session, sandbox.root, sandbox.home, env)
+        except BaseException:
+            if sessions.get(session_id) is session:
+                del sessions[session_id]
+            raise
+        if session.deleted:  # the sandbox went while the shell started
+            raise SandboxGone
 
-    def delete_session(self, sandbox: Sandbox, session_id: str) -> None:
+    async def delete_session(self, sandbox: Sandbox, session_id: str) -> None:
         if session_id == ENTRYPOINT_SESSION:
             raise ApiError(400, "can't delete entrypoint session")
         session = self.session(sandbox, session_id)
-        for command in session.commands.values():
-            if command.task is not None and not command.task.done():
-                command.task.cancel()
-        del self.sessions(sandbox)[session_id]
+        await self.shells.delete(session)
+        if self.sessions(sandbox).get(session_id) is session:
+            del self.sessions(sandbox)[session_id]
 
     async def session_exec(self, sandbox: Sandbox, session_id: str, body: dict[str, Any]) -> dict[str, Any]:
         if session_id == ENTRYPOINT_SESSION:
             raise ApiError(400, "can't execute command in entrypoint session")
-        session = self.session(sandbox, session_id)
         command_text = string_field(body, "command", "SessionExecuteRequest") or ""
         for flag in ("runAsync", "async", "suppressInputEcho"):
             if body.get(flag) is not None and not isinstance(body.get(flag), bool):
                 raise type_error("invalid request body: ", body.get(flag), "SessionExecuteRequest", flag, "bool")
         if not command_text.strip():
             raise ApiError(400, "command cannot be empty")
-        command = SessionCommand(str(uuid.uuid4()), command_text)
-        session.commands[command.id] = command
-
-        async def run() -> None:
-            async with session.turn:
-                scripts = os.path.join(sandbox.root, "run")
-                await asyncio.to_thread(os.makedirs, scripts, 0o755, True)
-                command_file = os.path.join(scripts, f"session-{command.id}.sh")
-                await asyncio.to_thread(write_text, command_file, command_text)
-                state_file = session_state_file(sandbox.home, session)
-                program = session_shell.script(command_file, state_file)
-                try:
-                    env = dict(sandbox.env)
-                    result = await self._bash(program, sandbox, env, self._default_timeout)
-                finally:
-                    with contextlib.suppress(OSError):
-                        os.unlink(command_file)
-            command.stdout, command.stderr = result.stdout or "", result.stderr or ""
-            command.exit_code = result.return_code if result.return_code is not None else -1
-
-        if body.get("runAsync") or body.get("async"):
-            command.task = asyncio.ensure_future(run())
+        session = self.sessions(sandbox).get(session_id)
+        if session is None:
+            raise ApiError(500, "failed to execute command: session not found")
+        run_async = bool(body.get("runAsync") or body.get("async"))
+        command = await self.shells.execute(session, command_text, run_async, bool(body.get("suppressInputEcho")))
+        if run_async:
             return {"cmdId": command.id, ACCEPTED: True}  # the daemon answers 202 Accepted
-        await run()
+        try:
+            await self.shells.wait(session, command)
+        except SessionCancelled as gone:
+            if str(gone) == "sandbox":
+                raise SandboxGone from None
+            command.exit_code = 1  # as the daemon marks the command it was waiting on
+            raise ApiError(500, "failed to execute command: session cancelled") from None
         return {"cmdId": command.id, "exitCode": command.exit_code, COMMAND: command}
+
+    async def send_input(self, sandbox: Sandbox, session_id: str, command_id: str, body: dict[str, Any]) -> None:
+        if session_id == ENTRYPOINT_SESSION:
+            raise ApiError(400, "can't send input to entrypoint session")
+        data = string_field(body, "data", "SessionSendInputRequest", "")
+        if not data:
+            raise ApiError(
+                400,
+                "Key: 'SessionSendInputRequest.Data' Error:Field validation for 'Data' failed on the 'required' tag",
+                "INVALID_REQUEST_BODY",
+            )
+        session = self.session(sandbox, session_id)
+        if not session.shell_alive:
+            raise ApiError(410, "session process has exited")
+        await self.shells.send_input(session, self.command(sandbox, session_id, command_id), data)
 
     def command(self, sandbox: Sandbox, session_id: str, command_id: str) -> SessionCommand:
         command = self.session(sandbox, session_id).commands.get(command_id)

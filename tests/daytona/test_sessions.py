@@ -1,30 +1,47 @@
-"""Sessions as the daemon keeps them (v0.190 ``pkg/session``): one shell per session, its commands sourced one after
-the other, so a ``cd``, a variable or a function of one is there for the next; an asynchronous command holds the
-shell until it ends; each line is logged with its stream's marker, and the answer's shape follows the SDK's version.
+"""Sessions as the daemon keeps them (v0.190 ``pkg/session``): one live shell per session, its commands sourced in it
+one after the other, so a ``cd``, a variable, a function or a background job of one is there for the next; each line
+is logged with its stream's marker as it comes, and the answer's shape follows the SDK's version.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from daytona import Daytona, DaytonaConfig, SessionExecuteRequest
+from daytona import AsyncDaytona, Daytona, DaytonaConfig, SessionExecuteRequest
 
-from emulator.daytona.session_shell import STDERR_PREFIX, STDOUT_PREFIX, demux, log, output_shape
+from emulator.daytona.config import DaytonaConfig as EmulatedDaytona
+from emulator.daytona.session_shell import STDERR_PREFIX, STDOUT_PREFIX, demux, output_shape
+from emulator.daytona.sessions import Session
 from emulator.server import EmulatorServer
 
+from .conftest import make_server
+
 SDK = {"X-Daytona-SDK-Version": "0.226.1"}
+GRACE = 0.5
+
+
+@pytest.fixture(scope="module")
+def quick() -> Iterator[EmulatorServer]:
+    """A server whose session deletion waits half a second for a shell that outlives its SIGTERM (the daemon: 5)."""
+    with make_server(EmulatedDaytona(session_termination_grace=GRACE)) as server:
+        yield server
 
 
 @pytest.fixture
-def session(server: EmulatorServer, api_key: str) -> tuple[httpx.Client, str]:
-    client = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
+def session(quick: EmulatorServer, api_key: str) -> Iterator[tuple[httpx.Client, str]]:
+    client = httpx.Client(base_url=quick.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
     created = client.post("/api/sandbox", json={})
     assert created.status_code == 200, created.text
     prefix = f"/toolbox/{created.json()['id']}/process/session"
     assert client.post(prefix, json={"sessionId": "s"}).status_code == 201
-    return client, prefix + "/s"
+    yield client, prefix + "/s"
+    client.delete(f"/api/sandbox/{created.json()['id']}")
 
 
 def _exec(session: tuple[httpx.Client, str], command: str, headers: dict[str, str] = SDK, **extra: Any) -> Any:
@@ -32,6 +49,12 @@ def _exec(session: tuple[httpx.Client, str], command: str, headers: dict[str, st
     answer = client.post(prefix + "/exec", json={"command": command, **extra}, headers=headers)
     assert answer.status_code in (200, 202), answer.text
     return answer.json()
+
+
+def _shell(server: EmulatorServer, prefix: str) -> Session:
+    """The emulator's own record of the session at ``prefix`` (``/toolbox/<sandbox>/process/session/<name>``)."""
+    parts = prefix.split("/")
+    return server.emulator.daytona.toolbox._sessions[parts[2]][parts[-1]]
 
 
 def test_the_shell_keeps_its_directory_variables_and_functions(session: tuple[httpx.Client, str]) -> None:
@@ -42,21 +65,36 @@ def test_the_shell_keeps_its_directory_variables_and_functions(session: tuple[ht
     assert _exec(session, "basename \"$PWD\"; bash -c 'echo $A'")["stdout"] == "deeper\none two\n"  # exported
 
 
-def test_an_exit_ends_the_command_not_what_came_before(session: tuple[httpx.Client, str]) -> None:
-    _exec(session, "kept=1")
-    assert _exec(session, "echo bye; exit 3")["exitCode"] == 3
-    assert _exec(session, "echo $kept; cat")["stdout"] == "1\n"  # and a command's stdin is empty
+def test_an_exit_ends_the_shell_and_every_later_command(quick: EmulatorServer, session: tuple[httpx.Client, str]) -> None:
+    """As on the daemon: the shell is gone, so the command that ended it never ends and a later one cannot be
+    written to it (500); both stay listed with no exit code."""
+    client, prefix = session
+    assert _exec(session, "cat; echo $?")["stdout"] == "0\n"  # a synchronous command's stdin is empty
+    ended = _exec(session, "echo bye; exit 3", runAsync=True)["cmdId"]
+    shell = _shell(quick, prefix)
+    loop = quick.emulator.daytona._loop
+    assert shell.process is not None and loop is not None
+    assert asyncio.run_coroutine_threadsafe(shell.process.wait(), loop).result(timeout=30) == 3
+    refused = client.post(prefix + "/exec", json={"command": "echo after"}, headers=SDK)
+    assert (refused.status_code, refused.json()["message"]) == (
+        500,
+        "failed to execute command: failed to write command: write |1: broken pipe",
+    )
+    listed = client.get(prefix).json()["commands"]
+    assert [c.get("exitCode") for c in listed][-2:] == [None, None] and listed[-2]["id"] == ended
+    assert client.get(f"{prefix}/command/{ended}/logs", headers=SDK).json()["stdout"] == "bye\n"
 
 
 def test_an_asynchronous_command_holds_the_shell_until_it_ends(session: tuple[httpx.Client, str]) -> None:
     started = _exec(session, "sleep 0.5; echo first > order", runAsync=True)
-    assert set(started) == {"cmdId"}
+    assert started == {"cmdId": started["cmdId"], "output": None, "stdout": None, "stderr": None, "exitCode": None}
     assert _exec(session, "echo second >> order; cat order")["stdout"] == "first\nsecond\n"
 
 
 def test_each_line_is_logged_with_its_streams_marker(session: tuple[httpx.Client, str]) -> None:
     got = _exec(session, "printf 'a\\nb'; printf 'oops' >&2")
-    assert got["output"] == f"{STDOUT_PREFIX}a\n{STDOUT_PREFIX}b\n{STDERR_PREFIX}oops\n"  # the SDK 0.226 gets it so
+    out, err = f"{STDOUT_PREFIX}a\n{STDOUT_PREFIX}b\n", f"{STDERR_PREFIX}oops\n"
+    assert got["output"] in (out + err, err + out)  # the SDK 0.226 gets it so; the two labelers race, as the daemon's
     assert (got["stdout"], got["stderr"]) == ("a\nb\n", "oops\n")  # a last line without a newline gets one
 
 
@@ -74,13 +112,21 @@ def test_the_answer_takes_the_shape_the_sdks_version_asks(
     session: tuple[httpx.Client, str], headers: dict[str, str], fields: set[str], output: str
 ) -> None:
     got = _exec(session, "echo o; echo e >&2", headers=headers)
-    assert set(got) - {"cmdId", "exitCode"} == fields and got["output"] == output
+    assert {k for k, v in got.items() if v is not None} - {"cmdId", "exitCode"} == fields
+    assert set(got) == {"cmdId", "exitCode", "output", "stdout", "stderr"}  # the daemon's nil pointers are nulls
+    assert _in_either_order(got["output"], output)
     client, prefix = session
     logs = client.get(f"{prefix}/command/{got['cmdId']}/logs", headers=headers)
     if "stdout" in fields:
-        assert logs.json() == {"output": output, "stdout": "o\n", "stderr": "e\n"}
+        assert logs.json() == {"output": got["output"], "stdout": "o\n", "stderr": "e\n"}
     else:
-        assert logs.text == output
+        assert logs.text == got["output"]
+
+
+def _in_either_order(got: str, expected: str) -> bool:
+    """The two lines of ``expected`` in either order (the stdout and stderr labelers race, as the daemon's)."""
+    first, second = expected.splitlines(keepends=True)
+    return got in (first + second, second + first)
 
 
 def test_the_sdk_reads_sessions(api_url: str, api_key: str) -> None:
@@ -98,8 +144,8 @@ def test_the_sdk_reads_sessions(api_url: str, api_key: str) -> None:
         sandbox.delete()
 
 
-def test_log_and_demux_are_inverse() -> None:
-    assert demux(log("a\n\nb", "c\n")) == ("a\n\nb\n", "c\n")
+def test_demux_takes_each_streams_lines() -> None:
+    assert demux(f"{STDOUT_PREFIX}a\n{STDERR_PREFIX}c\n{STDOUT_PREFIX}\n{STDOUT_PREFIX}b\n") == ("a\n\nb\n", "c\n")
     assert output_shape({"x-daytona-sdk-version": "0.168.0-dev.1"}) == "split"
 
 
@@ -121,6 +167,18 @@ def test_the_daemons_words_for_sessions_and_commands_it_has_not(session: tuple[h
         (client.delete(base + "/entrypoint"), 400, "can't delete entrypoint session"),
         (client.get(base + "/nope"), 404, "session not found"),
         (client.get(prefix + "/command/nope"), 404, "command not found"),
+        (client.post(base + "/nope/exec", json={"command": "true"}), 500, "failed to execute command: session not found"),
+        (client.post(prefix + "/command/nope/input", json={"data": "x"}), 404, "command not found"),
+        (
+            client.post(prefix + "/command/nope/input", json={}),
+            400,
+            "Key: 'SessionSendInputRequest.Data' Error:Field validation for 'Data' failed on the 'required' tag",
+        ),
+        (
+            client.post(base + "/entrypoint/command/x/input", json={"data": "x"}),
+            400,
+            "can't send input to entrypoint session",
+        ),
     ]
     assert [(r.status_code, r.json()["message"]) for r, _, _ in refusals] == [(s, m) for _, s, m in refusals]
 
@@ -148,7 +206,6 @@ def test_what_a_command_changes_in_its_shell_does_not_break_the_next(session: tu
         ("exec >/dev/null; Y=2", "echo $Y", "2\n"),
         ("readonly R=1", "echo $R", "1\n"),
         ("cd /tmp; cd /", "cd - >/dev/null; pwd", "/tmp\n"),
-        ("set -x; Z=3", "echo $Z", "3\n"),
     ],
 )
 def test_the_state_survives_what_a_command_does_to_its_shell(
@@ -159,8 +216,8 @@ def test_the_state_survives_what_a_command_does_to_its_shell(
     assert (got["stdout"], got["stderr"], got["exitCode"]) == (expected, "", 0), got
 
 
-def test_unsetting_a_sandbox_variable_lasts(server: EmulatorServer, api_key: str) -> None:
-    client = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
+def test_unsetting_a_sandbox_variable_lasts(quick: EmulatorServer, api_key: str) -> None:
+    client = httpx.Client(base_url=quick.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
     sid = client.post("/api/sandbox", json={"env": {"FROM_SANDBOX": "yes", "SHARED": "x"}}).json()["id"]
     prefix = f"/toolbox/{sid}/process/session"
     assert client.post(prefix, json={"sessionId": "s"}).status_code == 201
@@ -176,3 +233,126 @@ def test_a_new_session_of_the_same_name_starts_afresh(session: tuple[httpx.Clien
     assert client.delete(prefix).status_code == 204
     assert client.post(prefix.rsplit("/", 1)[0], json={"sessionId": "s"}).status_code == 201
     assert _exec(session, 'echo "${old-none}"')["stdout"] == "none\n"
+
+
+def test_a_background_job_outlives_its_command(session: tuple[httpx.Client, str]) -> None:
+    _exec(session, "sleep 60 >/dev/null 2>&1 & job=$!")
+    got = _exec(session, 'kill -0 "$job" && echo alive; jobs -p | grep -qx "$job" && echo "a job of this shell"')
+    assert got["stdout"] == "alive\na job of this shell\n"
+
+
+def test_a_job_that_keeps_the_output_open_keeps_the_command_running(session: tuple[httpx.Client, str]) -> None:
+    """The labelers end when every writer of the command's output has closed it, as the daemon's: a job started
+    without a redirection holds the command until it ends."""
+    assert _exec(session, "(sleep 0.3; echo late) & echo early")["stdout"] == "early\nlate\n"
+
+
+def test_set_options_and_traces_last_as_in_the_daemons_shell(session: tuple[httpx.Client, str]) -> None:
+    _exec(session, "set -x")
+    got = _exec(session, "Z=3; echo $Z")
+    assert got["stdout"] == "3\n"
+    assert got["stderr"].endswith("++ Z=3\n++ echo 3\n") and got["stderr"].startswith("+ . ")  # the sourcing too
+
+
+def test_input_reaches_an_asynchronous_command_and_is_echoed(session: tuple[httpx.Client, str]) -> None:
+    client, prefix = session
+    echoed = _exec(session, "read a; echo got $a", runAsync=True)["cmdId"]
+    quiet = _exec(session, "read b; echo got $b", runAsync=True, suppressInputEcho=True)["cmdId"]
+    for command, data in ((echoed, "one"), (quiet, "two\n")):
+        sent = client.post(f"{prefix}/command/{command}/input", json={"data": data})
+        assert sent.status_code == 204, sent.text
+    assert _exec(session, "echo after")["stdout"] == "after\n"  # the shell ran both before this one
+    logs = [client.get(f"{prefix}/command/{c}/logs", headers=SDK).json()["stdout"] for c in (echoed, quiet)]
+    assert logs == ["one\ngot one\n", "got two\n"]
+    late = client.post(f"{prefix}/command/{echoed}/input", json={"data": "more"})
+    assert (late.status_code, late.json()["message"]) == (410, "command has already completed with exit code 0")
+
+
+def test_the_log_of_a_running_command_is_there_as_it_comes(session: tuple[httpx.Client, str]) -> None:
+    client, prefix = session
+    command = _exec(session, "echo first; read go; echo second", runAsync=True)["cmdId"]
+    deadline = time.monotonic() + 30
+    while (logs := client.get(f"{prefix}/command/{command}/logs", headers=SDK).json())["stdout"] != "first\n":
+        assert time.monotonic() < deadline, logs
+        time.sleep(0.02)
+    assert "exitCode" not in client.get(f"{prefix}/command/{command}").json()
+    assert client.post(f"{prefix}/command/{command}/input", json={"data": "go"}).status_code == 204
+    assert _exec(session, "true")["exitCode"] == 0
+    assert client.get(f"{prefix}/command/{command}/logs", headers=SDK).json()["stdout"] == "first\ngo\nsecond\n"
+
+
+def test_the_sdk_follows_a_commands_log_as_it_runs(quick: EmulatorServer, api_key: str) -> None:
+    """``get_session_command_logs_async`` streams the log over the ``follow`` WebSocket: the command waits for an
+    input that the stdout callback sends only once it has seen the first line, so the test ends only if that line
+    came while the command ran."""
+
+    async def scenario() -> tuple[list[str], list[str], float]:
+        async with AsyncDaytona(DaytonaConfig(api_url=quick.url + "/api", api_key=api_key)) as daytona:
+            sandbox = await daytona.create()
+            try:
+                await sandbox.process.create_session("live")
+                run = SessionExecuteRequest(command="echo ready; read go; echo got $go; echo done >&2", run_async=True)
+                started = await sandbox.process.execute_session_command("live", run)
+                out: list[str] = []
+                err: list[str] = []
+                sent: list[asyncio.Task[None]] = []
+
+                def on_stdout(chunk: str) -> None:
+                    out.append(chunk)
+                    if "ready" in chunk and not sent:
+                        send = sandbox.process.send_session_command_input("live", started.cmd_id, "yes")
+                        sent.append(asyncio.ensure_future(send))
+
+                began = time.monotonic()
+                follow = sandbox.process.get_session_command_logs_async("live", started.cmd_id, on_stdout, err.append)
+                await asyncio.wait_for(follow, 30)
+                await sent[0]
+                return out, err, time.monotonic() - began
+            finally:
+                await sandbox.delete()
+
+    out, err, _took = asyncio.run(scenario())
+    assert "".join(out) == "ready\nyes\ngot yes\n" and "".join(err) == "done\n"
+
+
+def test_deleting_a_session_ends_its_shell_its_jobs_and_what_waits_on_it(
+    quick: EmulatorServer, session: tuple[httpx.Client, str]
+) -> None:
+    client, prefix = session
+    job = int(_exec(session, "sleep 60 >/dev/null 2>&1 & echo $!")["stdout"])
+    async_client = httpx.AsyncClient(base_url=str(client.base_url), headers=client.headers, timeout=30)
+
+    async def waiting_then_delete() -> tuple[httpx.Response, httpx.Response, float]:
+        # A command that ignores the SIGTERM: still running when the session goes (one that dies of it would end, and
+        # its answer would be its exit code, 143, as the daemon's is).
+        waiting = asyncio.ensure_future(async_client.post(prefix + "/exec", json={"command": STUBBORN}))
+        while not any(c.get("command") == STUBBORN for c in client.get(prefix).json()["commands"]):
+            await asyncio.sleep(0.01)
+        began = time.monotonic()
+        deleted = await async_client.delete(prefix)
+        return deleted, await waiting, time.monotonic() - began
+
+    deleted, waited, took = asyncio.run(waiting_then_delete())
+    assert deleted.status_code == 204
+    assert (waited.status_code, waited.json()["message"]) == (500, "failed to execute command: session cancelled")
+    assert took >= GRACE  # the shell caught the SIGTERM (the wrapper's traps), so it was killed after the grace
+    assert _gone_or_zombie(job)
+    assert client.get(prefix).status_code == 404
+
+
+STUBBORN = "trap '' TERM; sleep 60"
+
+
+def _gone_or_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_a_session_shell_runs_under_a_uid_of_its_own(session: tuple[httpx.Client, str]) -> None:
+    uid = int(_exec(session, "id -u")["stdout"])
+    if os.geteuid() == 0:
+        assert uid != 0
+    assert _exec(session, "touch mine && stat -c %u mine")["stdout"] == f"{uid}\n"
