@@ -17,11 +17,11 @@ EXIT_CHECK_S = 1.0
 _MARKERS = (STDOUT_PREFIX.encode(), STDERR_PREFIX.encode())
 
 
-def _unmarked(data: bytes, final: bool) -> tuple[bytes, int]:
+def unmarked(data: bytes, final: bool) -> tuple[bytes, int]:
     """``data`` without its markers, and how much of it that covers: a tail that may be the start of a marker is
     kept for the next time, unless ``final``."""
     held = 0
-    if not final:
+    if not final and not any(data.endswith(marker) for marker in _MARKERS):
         for size in (2, 1):
             tail = data[-size:]
             if len(data) >= size and any(marker.startswith(tail) for marker in _MARKERS):
@@ -55,7 +55,7 @@ async def stream_log(
                 piece = bytes(command.log[sent : min(available, sent + CHUNK)])
                 final = ended and sent + len(piece) == available
                 if combined:
-                    data, used = _unmarked(piece, final)
+                    data, used = unmarked(piece, final)
                 else:
                     data, used = piece, len(piece)
                 if used == 0:
@@ -93,4 +93,4 @@ async def _left_within(leaving: asyncio.Future[None], seconds: float) -> bool:
     return leaving.done()
 
 
-__all__ = ["stream_log"]
+__all__ = ["stream_log", "unmarked"]

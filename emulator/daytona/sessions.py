@@ -77,7 +77,11 @@ class SessionCommand:
         changed.set()
 
 
-class _Channel:
+#: The longest exit record (a command id and an exit code are far shorter).
+_RECORD_MAX = 256
+
+
+class LogChannel:
     """One of a session's two FIFOs the shell's labelers append to: lines to the running command's log, and on the
     stdout channel the exit records. A log line goes on as it comes, however long; what starts a line is looked at
     until it is known not to be an exit record."""
@@ -105,10 +109,11 @@ class _Channel:
             head = bytes(self._start[:3])
             if self._on_exit is not None and session_shell.EXIT_PREFIX.startswith(head):
                 end = self._start.find(b"\n")
-                if len(head) < 3 or end < 0:
-                    if len(self._start) > 256:  # no record is that long: a line of the sandbox's own
+                if len(head) < 3 or end < 0 or end > _RECORD_MAX:
+                    if len(self._start) > _RECORD_MAX:  # no record is that long: a line of the sandbox's own
                         data, self._in_line = bytes(self._start), True
                         self._start.clear()
+                        continue
                     return
                 record = bytes(self._start[3:end])
                 data = bytes(self._start[end + 1 :])
@@ -143,7 +148,7 @@ class Session:
     home: str = ""
     uid: int | None = None
     process: asyncio.subprocess.Process | None = None
-    channels: list[_Channel] = field(default_factory=list)
+    channels: list[LogChannel] = field(default_factory=list)
     log_limit: int = 64 * 1024 * 1024
     deleted: bool = False
     #: Set once the session is deleted or its sandbox stops: what waits on its commands stops waiting.
@@ -196,7 +201,7 @@ class Session:
         command.done.set()
         command.wake()
 
-    def readable(self, channel: _Channel) -> None:
+    def readable(self, channel: LogChannel) -> None:
         try:
             data = os.read(channel.fd, 65536)
         except (BlockingIOError, InterruptedError):
@@ -254,7 +259,7 @@ class SessionShells:
                 _fifo(path, uid)
                 fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)  # never an end of file: ours writes too
                 session.channels.append(
-                    _Channel(fd, session._append, session._exit_record if not session.channels else None)
+                    LogChannel(fd, session._append, session._exit_record if not session.channels else None)
                 )
             loop = asyncio.get_running_loop()
             for channel in session.channels:
@@ -344,15 +349,22 @@ class SessionShells:
         if paths is None:
             raise ApiError(500, "failed to open input pipe: no such file or directory")
         try:
-            await asyncio.to_thread(_write_fifo, paths.stdin, payload)
+            fd = await asyncio.to_thread(_open_fifo, paths.stdin)
         except OSError as exc:
             reason = os.strerror(exc.errno) if exc.errno else str(exc)
             raise ApiError(500, f"failed to open input pipe: open {paths.stdin}: {reason.lower()}") from None
-        if not command.suppress_input_echo and command.exit_code is None:
+        # Echoed before it is written (the daemon echoes right after): in the log ahead of what the command answers.
+        if not command.suppress_input_echo:
             room = session.log_limit - len(command.log)
             if room > 0:
                 command.log += (session_shell.STDOUT_PREFIX.encode() + payload)[:room]
                 command.wake()
+        try:
+            await asyncio.to_thread(_write_all, fd, payload)
+        except OSError as exc:
+            raise ApiError(500, f"failed to write to input pipe: write {paths.stdin}: {exc.strerror}") from None
+        finally:
+            os.close(fd)
 
     async def delete(self, session: Session) -> None:
         """As the daemon's ``Delete``: SIGTERM to the shell's process group, SIGKILL after the grace period if the
@@ -402,20 +414,24 @@ def _channel_path(session: Session, index: int) -> str:
     return os.path.join(session.directory, ("stdout.channel", "stderr.channel")[index])
 
 
-def _write_fifo(path: str, payload: bytes) -> None:
-    """Write all of ``payload`` to the FIFO at ``path`` (the emulator's own directory's), waiting while it is full as
-    the daemon's write does; ENXIO when nothing reads it."""
+def _open_fifo(path: str) -> int:
+    """A blocking writer of the FIFO at ``path`` (the emulator's own directory's); ENXIO when nothing reads it."""
     fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
     try:
         if not stat.S_ISFIFO(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a FIFO")
-        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-        fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
-        view = memoryview(payload)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
 
 
-__all__ = ["BASH", "Session", "SessionCancelled", "SessionCommand", "SessionShells", "ShellStart"]
+def _write_all(fd: int, payload: bytes) -> None:
+    """All of ``payload``, waiting while the FIFO is full, as the daemon's write does."""
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+__all__ = ["BASH", "LogChannel", "Session", "SessionCancelled", "SessionCommand", "SessionShells", "ShellStart"]

@@ -65,7 +65,9 @@ def test_the_shell_keeps_its_directory_variables_and_functions(session: tuple[ht
     assert _exec(session, "basename \"$PWD\"; bash -c 'echo $A'")["stdout"] == "deeper\none two\n"  # exported
 
 
-def test_an_exit_ends_the_shell_and_every_later_command(quick: EmulatorServer, session: tuple[httpx.Client, str]) -> None:
+def test_an_exit_ends_the_shell_and_every_later_command(
+    quick: EmulatorServer, session: tuple[httpx.Client, str]
+) -> None:
     """As on the daemon: the shell is gone, so the command that ended it never ends and a later one cannot be
     written to it (500); both stay listed with no exit code."""
     client, prefix = session
@@ -167,7 +169,11 @@ def test_the_daemons_words_for_sessions_and_commands_it_has_not(session: tuple[h
         (client.delete(base + "/entrypoint"), 400, "can't delete entrypoint session"),
         (client.get(base + "/nope"), 404, "session not found"),
         (client.get(prefix + "/command/nope"), 404, "command not found"),
-        (client.post(base + "/nope/exec", json={"command": "true"}), 500, "failed to execute command: session not found"),
+        (
+            client.post(base + "/nope/exec", json={"command": "true"}),
+            500,
+            "failed to execute command: session not found",
+        ),
         (client.post(prefix + "/command/nope/input", json={"data": "x"}), 404, "command not found"),
         (
             client.post(prefix + "/command/nope/input", json={}),
@@ -326,8 +332,8 @@ def test_deleting_a_session_ends_its_shell_its_jobs_and_what_waits_on_it(
         # A command that ignores the SIGTERM: still running when the session goes (one that dies of it would end, and
         # its answer would be its exit code, 143, as the daemon's is).
         waiting = asyncio.ensure_future(async_client.post(prefix + "/exec", json={"command": STUBBORN}))
-        while not any(c.get("command") == STUBBORN for c in client.get(prefix).json()["commands"]):
-            await asyncio.sleep(0.01)
+        while not any(c.get("command") == STUBBORN for c in (await async_client.get(prefix)).json()["commands"]):
+            pass  # each listing is a round trip to the server: the command is listed once the shell has it
         began = time.monotonic()
         deleted = await async_client.delete(prefix)
         return deleted, await waiting, time.monotonic() - began

@@ -117,7 +117,9 @@ def test_session_commands_are_checked_and_an_async_one_is_accepted(tb: tuple[htt
         " type bool"
     )
     accepted = client.post(prefix + "/process/session/s/exec", json={"command": "echo later", "runAsync": True})
-    assert accepted.status_code == 202 and set(accepted.json()) == {"cmdId"}
+    assert accepted.status_code == 202  # every field of the daemon's answer there, the unset ones null
+    assert {k: v for k, v in accepted.json().items() if v is not None} == {"cmdId": accepted.json()["cmdId"]}
+    assert set(accepted.json()) == {"cmdId", "output", "stdout", "stderr", "exitCode"}
 
 
 def test_the_sdk_reads_these_answers(api_url: str, api_key: str) -> None:
