@@ -1,7 +1,8 @@
 """Runs inside an interpreter context's process: a persistent namespace fed code over a pipe.
 
-argv: ``<limits JSON> <uid> <gid>`` (uid ``-`` = no change). Started as the emulator's user,
-it lowers its rlimits and drops to the sandbox uid (no supplementary groups) before reading any code. With
+argv: ``<limits JSON> <uid> <gid>`` (uid ``-`` = no change). Started as the emulator's user, isolated (``-I``),
+with no environment, in ``/``, it lowers its rlimits and drops to the sandbox uid (no supplementary groups); then it
+reads its first line, ``{"env", "cwd"}``, and takes that environment and directory, before reading any code. With
 ``--exec PROGRAM ARG...`` after them it becomes that program once dropped, as a Daytona session's shell starts.
 Each command is a JSON line ``{"code", "envs", "nonce"}`` (and ``"start_at"``: a ``time.monotonic()`` before which
 the code must not start). The answer comes as JSON lines on the original stdout: output chunks
@@ -27,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import io
 import json
 import os
@@ -261,18 +263,59 @@ def _become(uid: int, gid: int) -> None:
     libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
 
 
+def _setup_line(fd: int) -> dict[str, object]:
+    """The first line of the command pipe, read a byte at a time: nothing after it is taken from a shell's input."""
+    line = bytearray()
+    while not line.endswith(b"\n"):
+        byte = os.read(fd, 1)
+        if not byte:
+            raise SystemExit(0)
+        line += byte
+    setup: dict[str, object] = json.loads(line)
+    return setup
+
+
+def _place_fds(fds: object) -> None:
+    """The inherited descriptors ``fds`` moved to 3, 4, 5... (a session shell's channels), the others closed."""
+    if not isinstance(fds, list):
+        return
+    high = [fcntl.fcntl(int(fd), fcntl.F_DUPFD, 100) for fd in fds]
+    for fd in fds:
+        os.close(int(fd))
+    for target, fd in enumerate(high, start=3):
+        os.dup2(fd, target)  # inheritable, unlike the copies
+        os.close(fd)
+
+
 def main() -> None:
     _apply_limits(json.loads(sys.argv[1]))
     if sys.argv[2] != "-":
         _become(int(sys.argv[2]), int(sys.argv[3]))
+    # Only now, as the sandbox's uid, the sandbox's environment and directory: the process starts as the emulator's
+    # user (root), isolated (``-I``), with no environment and in ``/``, so that nothing of the sandbox's (a
+    # ``PYTHONPATH``, an ``LD_PRELOAD``, a module in its home) is loaded with the emulator's rights.
+    setup = _setup_line(0)
+    env = setup["env"]
+    assert isinstance(env, dict)
+    os.environ.clear()
+    os.environ.update({str(k): str(v) for k, v in env.items()})
+    for directory in (setup.get("cwd"), os.environ.get("HOME"), "/"):
+        if isinstance(directory, str):
+            try:
+                os.chdir(directory)
+                break
+            except OSError:
+                continue
     if sys.argv[4:5] == ["--exec"]:  # a session's shell: limits and uid as a context's, then the program itself
+        _place_fds(setup.get("fds"))
         os.execv(sys.argv[5], sys.argv[5:])
     # What the code sees of how it runs: the worker's, a script the daemon writes to its temp dir (``/tmp``, the
     # daemon's own, not the sandbox's $TMPDIR), not ours (whose directory, first on sys.path, would let
     # ``import config`` load the emulator's own module).
     worker = "/tmp/daytona_repl_worker.py"
     sys.argv[:] = [worker]
-    sys.path[0] = os.path.dirname(worker)
+    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]  # as the worker's start reads it
+    sys.path[:0] = [os.path.dirname(worker), *extra]
     commands = _Commands(os.dup(0))
     _Running.out = os.dup(1)
     quiet, _never_written = os.pipe()  # the code's stdin: nothing comes, as to the worker's, while the code runs

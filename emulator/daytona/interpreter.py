@@ -182,7 +182,7 @@ def _kill_uid(uid: int) -> None:
             continue
 
 
-async def _hand_over(root: str, uid: int) -> None:
+async def hand_over(root: str, uid: int) -> None:
     """The home goes to the context's uid, which holds it until the context ends (see ``HOLDERS``)."""
     pending = HOLDERS.take(root, uid, _NOGROUP)
     if pending is not None:
@@ -312,7 +312,7 @@ class Interpreters:
         uid = self._uids.take()
         if uid is not None:
             try:
-                await _hand_over(home, uid)
+                await hand_over(home, uid)
             except BaseException:
                 self._give_back(home, uid)
                 raise
@@ -337,9 +337,10 @@ class Interpreters:
         cwd = context.cwd if _is_dir(context.cwd) else context.home
         try:
             if uid is not None:
-                await _hand_over(context.home, uid)
+                await hand_over(context.home, uid)
             process = await asyncio.create_subprocess_exec(
                 settings.python,
+                "-I",
                 DRIVER,
                 json.dumps(limits),
                 "-" if uid is None else str(uid),
@@ -347,14 +348,16 @@ class Interpreters:
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.DEVNULL,  # the worker's stderr is the daemon's log: nobody sees it
-                cwd=cwd,
-                env=env,
+                cwd="/",
+                env={},  # the sandbox's env and cwd come on the first line, taken after the uid change
                 start_new_session=True,
                 limit=2**26,
             )
         except BaseException:
             self._give_back(context.home, uid)
             raise
+        assert process.stdin is not None
+        process.stdin.write(driver_setup(env, cwd))
         context.process, context.uid = process, uid
         if context.closed:  # the sandbox (or the context) went while the process was starting: it must not run
             self._stop(context)
@@ -381,7 +384,7 @@ class Interpreters:
         """
         async with context.lock:
             if not await self._ensure_running(context) and context.uid is not None:
-                await _hand_over(context.home, context.uid)  # a started process got it already
+                await hand_over(context.home, context.uid)  # a started process got it already
             process = context.process
             assert process is not None and process.stdin is not None and process.stdout is not None
             stdout = process.stdout
@@ -497,6 +500,11 @@ def _valid_error(error: Any) -> bool:
     return error is None or (
         isinstance(error, dict) and all(isinstance(error.get(key), str) for key in ("name", "value", "traceback"))
     )
+
+
+def driver_setup(env: dict[str, str], cwd: str) -> bytes:
+    """The driver's first line: the environment and directory it takes once it runs as the sandbox's uid."""
+    return json.dumps({"env": env, "cwd": cwd}, ensure_ascii=True).encode("ascii") + b"\n"
 
 
 def _bin_dir(python: str) -> str:

@@ -42,7 +42,15 @@ from .files import (
 )
 from .go_fields import string_field
 from .go_json import as_go_decodes
-from .interpreter import DRIVER, Context, Interpreters, InterpreterSettings, InterpreterTimeout
+from .interpreter import (
+    DRIVER,
+    Context,
+    Interpreters,
+    InterpreterSettings,
+    InterpreterTimeout,
+    driver_setup,
+    hand_over,
+)
 from .interpreter_request import Refusal, parse_execute_request
 from .report import code_digest
 from .sandboxes import Sandbox, SandboxStore, interval_minutes
@@ -146,7 +154,9 @@ class DaytonaService:
         settings = InterpreterSettings(python, uid_base, config.interpreter_uid_count, grace=config.interpreter_grace)
         self.interpreters = Interpreters(settings)
         interpreters = self.interpreters
-        start = ShellStart(python, DRIVER, interpreters.limits, interpreters.lease, interpreters.release)
+        start = ShellStart(
+            python, DRIVER, interpreters.limits, interpreters.lease, interpreters.release, driver_setup, hand_over
+        )
         shells = SessionShells(start, config.session_termination_grace, config.session_log_limit)
         self.toolbox = Toolbox(executor, config.default_command_timeout, shells)
         self._loop: asyncio.AbstractEventLoop | None = None

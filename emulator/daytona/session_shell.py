@@ -1,78 +1,71 @@
 """What a Daytona session's shell is fed, and how its log is read back (the daemon's ``pkg/session``).
 
 The daemon keeps one shell per session, started when the session is created and fed each command on its stdin,
-wrapped in a script that (1) starts two labelers, which read the command's stdout and stderr through FIFOs and append
-each line to the command's log prefixed with its stream's marker (``\\x01\\x01\\x01``, ``\\x02\\x02\\x02``; a last
-line without a newline gets one, a NUL is dropped), (2) sources the command file in the shell itself, its stdin a
-FIFO (empty for a synchronous command, kept open for ``input`` to an asynchronous one), (3) waits for both labelers
-to drain, then (4) records the exit code. So everything a command changes in its shell (directory, variables,
-functions, options, traps, jobs) is there for the next one, and a background job that keeps the command's output open
-keeps the command running.
+wrapped in a script that (1) starts two labelers, which read the command's stdout and stderr and append each line to
+the command's log prefixed with its stream's marker (``\x01\x01\x01``, ``\x02\x02\x02``; a last line without a
+newline gets one, a NUL is dropped), (2) sources the command file in the shell itself, its stdin empty for a
+synchronous command and kept open for ``input`` to an asynchronous one, (3) waits for both labelers to drain, then
+(4) records the exit code. So everything a command changes in its shell (directory, variables, functions, options,
+traps, jobs) is there for the next one, and a background job that keeps the command's output open keeps the command
+running.
 
-Here the script is the emulator's own, with the same steps; its log lines go to two FIFOs the emulator reads as they
-come (the stream channels, owned by the emulator's directory, never by the sandbox), and the exit code is a record of
-its own on the stdout channel after the labelers have drained: ``\\x03\\x03\\x03<command id> <exit code>``.
+Here the script is the emulator's own, with the same steps. Nothing of it has a path another sandbox could open: the
+labelers are process substitutions, and they and the script write to the shell's descriptors 3 (stdout channel) and
+4 (stderr channel), pipes the emulator reads; an asynchronous command's stdin is a ``cat`` of descriptor 5, a pipe the
+emulator writes its input to. The command itself runs with 3, 4 and 5 closed. Each labeler ends with a record of its
+own on its channel (``\x03\x03\x03E <command id>``), and the script, once both have ended, with the exit record
+(``\x03\x03\x03X <command id> <exit code>``).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
 from typing import Any, Literal
 
 STDOUT_PREFIX = "\x01\x01\x01"
 STDERR_PREFIX = "\x02\x02\x02"
-#: Starts the line on the stdout channel that says a command ended (never a log line: those start with a marker).
-EXIT_PREFIX = b"\x03\x03\x03"
+#: Starts a record line on a channel (never a log line: those start with a marker).
+RECORD_PREFIX = b"\x03\x03\x03"
 
 
-@dataclass(frozen=True)
-class CommandPaths:
-    """The files of one command, in the session's directory (the emulator's, mode 0711)."""
-
-    script: str  # the command's text, sourced by the shell
-    stdout: str  # FIFO: the command's stdout, read by the stdout labeler
-    stderr: str  # FIFO: the command's stderr, read by the stderr labeler
-    stdin: str  # FIFO: the command's stdin
-
-    def all(self) -> tuple[str, str, str, str]:
-        return (self.script, self.stdout, self.stderr, self.stdin)
-
-
-def _labeler(source: str, prefix: str, channel: str) -> str:
+def _labeler(prefix: str, channel: int, command_id: str) -> str:
     octal = "".join(f"\\{ord(c):03o}" for c in prefix)
     return (
-        f"( while IFS= builtin read -r __dtn_line || [[ -n $__dtn_line ]]; do "
-        f"builtin printf '{octal}%s\\n' \"$__dtn_line\"; done <{source} >>{channel} ) &"
+        f">(while IFS= builtin read -r __dtn_line || [[ -n $__dtn_line ]]; do "
+        f"builtin printf '{octal}%s\\n' \"$__dtn_line\"; done >&{channel}; "
+        f"builtin printf '\\003\\003\\003E %s\\n' {shlex.quote(command_id)} >&{channel})"
     )
 
 
-def wrapper(command_id: str, paths: CommandPaths, out_channel: str, err_channel: str, run_async: bool) -> str:
+def wrapper(command_id: str, script: str, run_async: bool) -> str:
     """The script the session's shell runs for one command (one compound command: read whole before it runs).
 
-    A synchronous command's stdin is a FIFO whose only writer opens and closes it (so a read sees its end); an
-    asynchronous one's writer is the emulator, which keeps it open for ``input`` until the command ends. The traps
-    are the daemon's: its script sets them on EXIT, HUP, INT and TERM, so a session's shell outlives a SIGTERM once
-    it has run a command (a deletion then waits out its grace period)."""
+    The traps are the daemon's: its script sets them on EXIT, HUP, INT and TERM, so a session's shell outlives a
+    SIGTERM once it has run a command."""
     q = shlex.quote
+    stdin = '<&"$__dtn_in"' if run_async else "</dev/null"
     lines = [
         "{",
         "builtin trap -- 'builtin :' EXIT HUP INT TERM",
-        _labeler(q(paths.stdout), STDOUT_PREFIX, q(out_channel)),
-        "__dtn_out=$!",
-        _labeler(q(paths.stderr), STDERR_PREFIX, q(err_channel)),
-        "__dtn_err=$!",
+        f"exec {{__dtn_out}}> {_labeler(STDOUT_PREFIX, 3, command_id)}",
+        "__dtn_out_pid=$!",
+        f"exec {{__dtn_err}}> {_labeler(STDERR_PREFIX, 4, command_id)}",
+        "__dtn_err_pid=$!",
     ]
-    if not run_async:
-        lines += [f"builtin : >{q(paths.stdin)} &", "__dtn_in=$!"]
-    lines.append(f"{{ . {q(paths.script)}; }} <{q(paths.stdin)} >{q(paths.stdout)} 2>{q(paths.stderr)}")
-    lines.append("__dtn_code=$?")
-    if not run_async:
-        lines.append('builtin kill "$__dtn_in" 2>/dev/null; builtin wait "$__dtn_in" 2>/dev/null')
+    if run_async:
+        lines += ["exec {__dtn_in}< <(exec cat <&5)", "__dtn_in_pid=$!"]
+    closes = "{__dtn_out}>&- {__dtn_err}>&-" + (" {__dtn_in}<&-" if run_async else "")
     lines += [
-        'builtin wait "$__dtn_out" "$__dtn_err"',
-        f"builtin printf '\\003\\003\\003%s %s\\n' {q(command_id)} \"$__dtn_code\" >>{q(out_channel)}",
+        f'{{ . {q(script)}; }} {stdin} >&"$__dtn_out" 2>&"$__dtn_err" {closes} 3>&- 4>&- 5<&-',
+        "__dtn_code=$?",
+        f"exec {closes}",
+    ]
+    if run_async:
+        lines.append('builtin kill "$__dtn_in_pid" 2>/dev/null; builtin wait "$__dtn_in_pid" 2>/dev/null')
+    lines += [
+        'builtin wait "$__dtn_out_pid" "$__dtn_err_pid"',
+        f"builtin printf '\\003\\003\\003X %s %s\\n' {q(command_id)} \"$__dtn_code\" >&3",
         "}",
     ]
     return "\n".join(lines) + "\n"
@@ -133,10 +126,9 @@ def answer(shape: Shape, logged: str) -> dict[str, str | None]:
 
 
 __all__ = [
-    "EXIT_PREFIX",
+    "RECORD_PREFIX",
     "STDERR_PREFIX",
     "STDOUT_PREFIX",
-    "CommandPaths",
     "answer",
     "demux",
     "output_shape",

@@ -2,33 +2,31 @@
 
 A session's shell starts when the session is created and lives until it is deleted (or its sandbox stops): a bash
 reading its commands on its stdin, under a uid of the interpreter pool held for the session's life (the sandbox's
-home is handed to it, see ``HOLDERS``), with the interpreter's rlimits, in a process group of its own. Each command
-is fed to it wrapped as the daemon wraps it (see :mod:`.session_shell`), so the shell keeps what its commands change,
-background jobs included, and runs the commands one after the other (an asynchronous one holds it until it ends).
+home is handed to it before each command, see ``HOLDERS``), with the interpreter's rlimits, in a process group of its
+own. Each command is fed to it wrapped as the daemon wraps it (see :mod:`.session_shell`), so the shell keeps what its
+commands change, background jobs included, and runs the commands one after the other (an asynchronous one holds it
+until it ends).
 
-The shell writes the log lines and exit records to two FIFOs in the session's directory, which belongs to the
-emulator (``<sandbox root>/run/session-<token>``, mode 0711, its FIFOs the session uid's, mode 0600): the emulator
-never opens a file the sandbox could have replaced. The log is kept in memory as it comes, up to ``log_limit`` bytes
-a command (the daemon's is a file with no bound), so ``logs`` shows a running command's output so far and a
-``follow`` WebSocket streams it.
+The shell writes the log lines and records to two pipes the emulator reads (descriptors 3 and 4 of the shell) and
+reads an asynchronous command's input from a third (5): no path a program could open. The log is kept in memory as
+it comes, up to ``log_limit`` bytes a command (the daemon's is a file with no bound), so ``logs`` shows a running
+command's output so far and a ``follow`` WebSocket streams it.
 
 As on the daemon, a synchronous command has no timeout (the client's own bounds the wait), a command that ends the
 shell (``exit``) never ends (nor does any later one: writing to the dead shell fails), and deleting a session sends
-SIGTERM to its process group and SIGKILL after ``grace`` seconds if the shell is still there, which it is once it
-has run a command (the wrapper's traps catch SIGTERM).
+SIGTERM to its process group, waits until the shell has no child left (checked every 0.1 s) or ``grace`` seconds
+have passed, then kills what is left.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import fcntl
 import json
+import math
 import os
 import shutil
 import signal
-import stat
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -41,6 +39,10 @@ from .errors import ApiError
 #: The bash each session runs (the daemon's ``GetShell()``; the emulator's sandboxes have bash).
 BASH = "/bin/bash"
 _NOGROUP = 65534
+#: How often a deletion looks whether the shell's children are gone (the daemon's ``TerminationCheckInterval``).
+CHECK_INTERVAL_S = 0.1
+#: The longest record (a command id and an exit code are far shorter).
+_RECORD_MAX = 256
 
 
 class SessionCancelled(Exception):
@@ -55,12 +57,14 @@ class SessionCommand:
     suppress_input_echo: bool = False
     exit_code: int | None = None
     log: bytearray = field(default_factory=bytearray)
-    #: Set when the exit record came; a follower's wake-up is :attr:`changed`, replaced at each change.
+    #: Set when the command has ended (its exit record and both labelers' ends came); a follower's wake-up is
+    #: :attr:`changed`, replaced at each change.
     done: asyncio.Event = field(default_factory=asyncio.Event)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
-    #: The emulator's end of an asynchronous command's stdin FIFO (the writer that keeps it open for ``input``).
-    stdin_fd: int | None = None
-    paths: session_shell.CommandPaths | None = None
+    #: Which channels (0: stdout, 1: stderr) have said the command's output on them ended, and its exit record.
+    ended: list[bool] = field(default_factory=lambda: [False, False])
+    code: int | None = None
+    script: str = ""
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.id, "command": self.command}
@@ -77,19 +81,15 @@ class SessionCommand:
         changed.set()
 
 
-#: The longest exit record (a command id and an exit code are far shorter).
-_RECORD_MAX = 256
-
-
 class LogChannel:
-    """One of a session's two FIFOs the shell's labelers append to: lines to the running command's log, and on the
-    stdout channel the exit records. A log line goes on as it comes, however long; what starts a line is looked at
-    until it is known not to be an exit record."""
+    """One of the two pipes the shell's labelers and script write to: log lines to the command whose output the
+    channel carries, and records. A log line goes on as it comes, however long; what starts a line is looked at until
+    it is known not to be a record."""
 
-    def __init__(self, fd: int, on_data: Callable[[bytes], None], on_exit: Callable[[bytes], None] | None) -> None:
+    def __init__(self, fd: int, on_data: Callable[[bytes], None], on_record: Callable[[bytes], None]) -> None:
         self.fd = fd
         self._on_data = on_data
-        self._on_exit = on_exit
+        self._on_record = on_record
         self._start = bytearray()  # the start of a line not yet known to be a log line
         self._in_line = False  # in a log line: everything up to its newline is the log's
 
@@ -107,7 +107,7 @@ class LogChannel:
             self._start += data
             data = b""
             head = bytes(self._start[:3])
-            if self._on_exit is not None and session_shell.EXIT_PREFIX.startswith(head):
+            if session_shell.RECORD_PREFIX.startswith(head):
                 end = self._start.find(b"\n")
                 if len(head) < 3 or end < 0 or end > _RECORD_MAX:
                     if len(self._start) > _RECORD_MAX:  # no record is that long: a line of the sandbox's own
@@ -118,23 +118,10 @@ class LogChannel:
                 record = bytes(self._start[3:end])
                 data = bytes(self._start[end + 1 :])
                 self._start.clear()
-                self._on_exit(record)
+                self._on_record(record)
                 continue
             data, self._in_line = bytes(self._start), True
             self._start.clear()
-
-    def drain(self) -> None:
-        """Read what the FIFO holds now (what the shell wrote before its last record)."""
-        while True:
-            try:
-                chunk = os.read(self.fd, 65536)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                return
-            if not chunk:
-                return
-            self.feed(chunk)
 
 
 @dataclass(eq=False)
@@ -142,13 +129,18 @@ class Session:
     id: str
     token: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     commands: dict[str, SessionCommand] = field(default_factory=dict)
-    #: Commands sent to the shell and not ended yet, in the order it runs them: the first one's is the log.
+    #: Commands sent to the shell and not ended yet, in the order it runs them.
     queue: deque[SessionCommand] = field(default_factory=deque)
     directory: str = ""
     home: str = ""
     uid: int | None = None
     process: asyncio.subprocess.Process | None = None
     channels: list[LogChannel] = field(default_factory=list)
+    #: The emulator's ends of the input pipe (the shell's descriptor 5): written to, and drained of what a command
+    #: left unread when it ends.
+    input_w: int | None = None
+    input_r: int | None = None
+    input_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     log_limit: int = 64 * 1024 * 1024
     deleted: bool = False
     #: Set once the session is deleted or its sandbox stops: what waits on its commands stops waiting.
@@ -164,53 +156,68 @@ class Session:
 
     # ------------------------------------------------------------------ the channels
 
-    def _append(self, data: bytes) -> None:
-        if not self.queue:
-            return  # written between commands (by a job of an earlier one, through the channel's path): nobody's
-        command = self.queue[0]
+    def _writing(self, channel: int) -> SessionCommand | None:
+        """The command whose output ``channel`` carries now: the first one it has not said the end of."""
+        for command in self.queue:
+            if not command.ended[channel]:
+                return command
+        return None
+
+    def append(self, channel: int, data: bytes) -> None:
+        command = self._writing(channel)
+        if command is None:
+            return  # written outside any command (through a descriptor a job kept): nobody's
         room = self.log_limit - len(command.log)
         if room > 0:
             command.log += data[:room]
             command.wake()
 
-    def _exit_record(self, record: bytes) -> None:
-        parts = record.split(b" ")
-        if len(parts) != 2:
+    def record(self, channel: int, record: bytes) -> None:
+        parts = record.decode("ascii", "replace").split(" ")
+        if parts[0] == "E" and len(parts) == 2:
+            command = self._writing(channel)
+            if command is not None and command.id == parts[1]:
+                command.ended[channel] = True
+        elif parts[0] == "X" and len(parts) == 3 and channel == 0:
+            command = self.commands.get(parts[1])
+            if command is not None and command in self.queue:
+                with contextlib.suppress(ValueError):
+                    command.code = int(parts[2])
+        else:
             return
-        command_id = parts[0].decode("ascii", "replace")
-        try:
-            code = int(parts[1])
-        except ValueError:
-            return
-        for channel in self.channels[1:]:
-            channel.drain()  # the stderr labeler ended before the record was written: all it wrote is there
-        for command in list(self.queue):
-            if command.id == command_id:
-                self.queue.remove(command)
-                self._finish(command, code)
-                return
+        self._finish_ended()
 
-    def _finish(self, command: SessionCommand, code: int) -> None:
-        command.exit_code = code
-        _close(command.stdin_fd)
-        command.stdin_fd = None
-        if command.paths is not None:
-            for path in command.paths.all():
+    def _finish_ended(self) -> None:
+        while self.queue and all(self.queue[0].ended) and self.queue[0].code is not None:
+            command = self.queue.popleft()
+            command.exit_code = command.code
+            if command.script:
                 with contextlib.suppress(OSError):
-                    os.unlink(path)
-        command.done.set()
-        command.wake()
+                    os.unlink(command.script)
+            self._drain_input()
+            command.done.set()
+            command.wake()
 
-    def readable(self, channel: LogChannel) -> None:
+    def _drain_input(self) -> None:
+        """What the ended command left unread of its input goes (the daemon's FIFO went with the command)."""
+        if self.input_r is None:
+            return
+        with contextlib.suppress(OSError):
+            while os.read(self.input_r, 65536):
+                pass
+
+    def readable(self, index: int) -> None:
+        channel = self.channels[index]
         try:
             data = os.read(channel.fd, 65536)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
+            data = b""
+        if not data:  # every writer closed: the shell and all it started are gone
             asyncio.get_running_loop().remove_reader(channel.fd)
             return
-        if data:
-            channel.feed(data)
+        channel.feed(data)
 
 
 def _close(fd: int | None) -> None:
@@ -219,21 +226,17 @@ def _close(fd: int | None) -> None:
             os.close(fd)
 
 
-def _fifo(path: str, uid: int | None) -> None:
-    os.mkfifo(path, 0o600)
-    if uid is not None:
-        os.chown(path, uid, _NOGROUP)
-
-
 @dataclass(frozen=True)
 class ShellStart:
-    """What a session's shell needs to start: the interpreter's driver and settings, a uid lease, the env."""
+    """What a session's shell needs to start: the interpreter's driver and settings, and a uid lease."""
 
     python: str
     driver: str
     limits: Callable[[int | None], dict[str, int]]
-    lease: Callable[[str], Any]  # async (home) -> uid | None
+    lease: Callable[[str], Any]  # async (home) -> uid | None: a uid held until release, the home handed to it
     release: Callable[[str, int | None], None]
+    setup: Callable[[dict[str, str], str], bytes]  # the driver's first line: env and cwd
+    hand_over: Callable[[str, int], Any]  # async (home, uid): the home to that uid again
 
 
 class SessionShells:
@@ -250,38 +253,65 @@ class SessionShells:
         session.home = home
         session.log_limit = self.log_limit
         session.directory = os.path.join(root, "run", f"session-{session.token}")
-        os.makedirs(session.directory, 0o711, exist_ok=True)
-        os.chmod(session.directory, 0o711)
-        uid = await self._start.lease(home)
-        session.uid = uid
         try:
-            for path in (_channel_path(session, 0), _channel_path(session, 1)):
-                _fifo(path, uid)
-                fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)  # never an end of file: ours writes too
+            os.makedirs(session.directory, 0o711, exist_ok=True)
+            session.uid = await self._start.lease(home)
+            ends: list[int] = []
+            child: list[int] = []
+            for _ in range(2):
+                read, write = os.pipe2(os.O_CLOEXEC)
+                os.set_blocking(read, False)
+                ends.append(read)
+                child.append(write)
+            read, write = os.pipe2(os.O_CLOEXEC)
+            child.append(read)
+            # Our own reader of the input pipe, non-blocking without making the shell's reader so too (its own
+            # open file description).
+            session.input_r = os.open(f"/proc/self/fd/{read}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            session.input_w = write
+            os.set_blocking(write, False)
+            for index, fd in enumerate(ends):
                 session.channels.append(
-                    LogChannel(fd, session._append, session._exit_record if not session.channels else None)
+                    LogChannel(
+                        fd,
+                        lambda data, i=index: session.append(i, data),  # type: ignore[misc]
+                        lambda record, i=index: session.record(i, record),  # type: ignore[misc]
+                    )
                 )
+            try:
+                session.process = await asyncio.create_subprocess_exec(
+                    self._start.python,
+                    "-I",
+                    self._start.driver,
+                    json.dumps(self._start.limits(session.uid)),
+                    "-" if session.uid is None else str(session.uid),
+                    str(_NOGROUP),
+                    "--exec",
+                    BASH,
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.DEVNULL,  # the daemon's shell has no stdout or stderr of its own
+                    stderr=asyncio.subprocess.DEVNULL,
+                    cwd="/",
+                    env={},  # the sandbox's env and cwd come on the first line, taken after the uid change
+                    pass_fds=child,
+                    start_new_session=True,
+                )
+            finally:
+                for fd in child:
+                    _close(fd)
+            assert session.process.stdin is not None
+            setup = json.loads(self._start.setup(env, home))
+            setup["fds"] = child
+            session.process.stdin.write(json.dumps(setup).encode("ascii") + b"\n")
             loop = asyncio.get_running_loop()
-            for channel in session.channels:
-                loop.add_reader(channel.fd, session.readable, channel)
-            session.process = await asyncio.create_subprocess_exec(
-                self._start.python,
-                self._start.driver,
-                json.dumps(self._start.limits(uid)),
-                "-" if uid is None else str(uid),
-                str(_NOGROUP),
-                "--exec",
-                BASH,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.DEVNULL,  # the daemon's shell has no stdout or stderr of its own
-                stderr=asyncio.subprocess.DEVNULL,
-                cwd=home,
-                env=env,
-                start_new_session=True,
-            )
+            for index, channel in enumerate(session.channels):
+                loop.add_reader(channel.fd, session.readable, index)
         except BaseException:
-            self._release(session, kill=True)
+            self._release(session)
             raise
+        if session.deleted:  # deleted (its sandbox stopped) while the shell started: it must not run on
+            self._release(session)
+            return
         waiter = asyncio.ensure_future(session.process.wait())
         self._waiters.add(waiter)
         waiter.add_done_callback(self._waiters.discard)
@@ -294,27 +324,20 @@ class SessionShells:
         process = session.process
         if process is None or process.stdin is None or not session.shell_alive:
             raise ApiError(500, "failed to execute command: failed to write command: write |1: broken pipe")
-        base = os.path.join(session.directory, command.id)
-        paths = session_shell.CommandPaths(base + ".sh", base + ".stdout", base + ".stderr", base + ".stdin")
-        command.paths = paths
+        command.script = os.path.join(session.directory, command.id + ".sh")
         try:
-            fd = os.open(paths.script, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            fd = os.open(command.script, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
             try:
                 os.write(fd, text.encode("utf-8", "surrogateescape"))
             finally:
                 os.close(fd)
-            for path in (paths.stdout, paths.stderr, paths.stdin):
-                _fifo(path, session.uid)
-            if run_async:  # the writer that keeps the command's stdin open, for ``input``
-                command.stdin_fd = os.open(paths.stdin, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
-            raise ApiError(400, f"failed to execute command: failed to create log file: {exc}") from None
-        script = session_shell.wrapper(
-            command.id, paths, _channel_path(session, 0), _channel_path(session, 1), run_async
-        )
+            raise ApiError(400, f"failed to execute command: failed to write command file: {exc.strerror}") from None
+        if session.uid is not None:  # another holder (a second session, a context) may have the home meanwhile
+            await self._start.hand_over(session.home, session.uid)
         session.queue.append(command)
         try:
-            process.stdin.write(script.encode("utf-8", "surrogateescape"))
+            process.stdin.write(session_shell.wrapper(command.id, command.script, run_async).encode("utf-8"))
             await process.stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
             session.queue.remove(command)
@@ -336,56 +359,50 @@ class SessionShells:
             raise SessionCancelled(session.gone_reason)
 
     async def send_input(self, session: Session, command: SessionCommand, data: str) -> None:
-        """``POST .../input`` as the daemon's ``SendInput``: to the command's stdin FIFO, a newline added, echoed in
-        the log as stdout unless the command suppresses it."""
-        if not session.shell_alive:
-            raise ApiError(410, "session process has exited")
+        """``POST .../input`` as the daemon's ``SendInput``: to the command's stdin, a newline added, echoed in the
+        log as stdout unless the command suppresses it. Only the running asynchronous command has a stdin to write
+        to (the daemon's FIFO exists from the command's start to its end)."""
         if command.exit_code is not None:
             raise ApiError(410, f"command has already completed with exit code {command.exit_code}")
         if not data.endswith("\n"):
             data += "\n"
         payload = data.encode("utf-8", "surrogateescape")
-        paths = command.paths
-        if paths is None:
-            raise ApiError(500, "failed to open input pipe: no such file or directory")
-        try:
-            fd = await asyncio.to_thread(_open_fifo, paths.stdin)
-        except OSError as exc:
-            reason = os.strerror(exc.errno) if exc.errno else str(exc)
-            raise ApiError(500, f"failed to open input pipe: open {paths.stdin}: {reason.lower()}") from None
-        # Echoed before it is written (the daemon echoes right after): in the log ahead of what the command answers.
-        if not command.suppress_input_echo:
+        running = session.queue and session.queue[0] is command and command.run_async
+        if not running or not session.shell_alive or session.input_w is None:
+            raise ApiError(500, "failed to open input pipe: open input.pipe: no such file or directory")
+        if not command.suppress_input_echo:  # echoed first (the daemon echoes right after): ahead of any answer
             room = session.log_limit - len(command.log)
             if room > 0:
                 command.log += (session_shell.STDOUT_PREFIX.encode() + payload)[:room]
                 command.wake()
-        try:
-            await asyncio.to_thread(_write_all, fd, payload)
-        except OSError as exc:
-            raise ApiError(500, f"failed to write to input pipe: write {paths.stdin}: {exc.strerror}") from None
-        finally:
-            os.close(fd)
+        async with session.input_lock:
+            await _write_while(session.input_w, payload, command.done)
 
     async def delete(self, session: Session) -> None:
-        """As the daemon's ``Delete``: SIGTERM to the shell's process group, SIGKILL after the grace period if the
-        shell is still there; then what waits on its commands stops, and its directory goes."""
+        """As the daemon's ``Delete``: SIGTERM to the shell's process group, then, once the shell has no child left
+        (looked at every 0.1 s) or after the grace period, SIGKILL to what is left; then what waits on its commands
+        stops, and its directory goes."""
         process = session.process
         if process is not None and process.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGTERM)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(process.wait()), self.grace)
-        self._release(session, kill=True)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.grace
+            for _tick in range(math.ceil(self.grace / CHECK_INTERVAL_S)):  # the daemon's ticker
+                if not _has_children(process.pid) or loop.time() >= deadline:
+                    break
+                await asyncio.sleep(min(CHECK_INTERVAL_S, max(deadline - loop.time(), 0.0)))
+        self._release(session)
 
     def drop(self, session: Session) -> None:
         """The sandbox stopped or went: the shell and all it started are killed at once."""
         session.gone_reason = "sandbox"
-        self._release(session, kill=True)
+        self._release(session)
 
-    def _release(self, session: Session, kill: bool) -> None:
+    def _release(self, session: Session) -> None:
         session.deleted = True
         process = session.process
-        if kill and process is not None and process.returncode is None:
+        if process is not None and process.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
         if process is not None and process.stdin is not None:
@@ -398,9 +415,9 @@ class SessionShells:
         for channel in session.channels:
             _close(channel.fd)
         session.channels.clear()
-        for command in session.commands.values():
-            _close(command.stdin_fd)
-            command.stdin_fd = None
+        _close(session.input_w)
+        _close(session.input_r)
+        session.input_w = session.input_r = None
         uid, session.uid = session.uid, None
         self._start.release(session.home, uid)
         if session.directory:
@@ -410,28 +427,41 @@ class SessionShells:
             command.wake()
 
 
-def _channel_path(session: Session, index: int) -> str:
-    return os.path.join(session.directory, ("stdout.channel", "stderr.channel")[index])
-
-
-def _open_fifo(path: str) -> int:
-    """A blocking writer of the FIFO at ``path`` (the emulator's own directory's); ENXIO when nothing reads it."""
-    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+def _has_children(pid: int) -> bool:
+    """Whether the process ``pid`` is there and has a child (the daemon's ``waitForTermination`` test)."""
     try:
-        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a FIFO")
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as f:
+            return bool(f.read().strip())
+    except OSError:
+        return False
 
 
-def _write_all(fd: int, payload: bytes) -> None:
-    """All of ``payload``, waiting while the FIFO is full, as the daemon's write does."""
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+async def _write_while(fd: int, payload: bytes, done: asyncio.Event) -> None:
+    """All of ``payload`` to the non-blocking ``fd``, waiting while the pipe is full; given up when ``done``."""
+    loop = asyncio.get_running_loop()
     view = memoryview(payload)
-    while view:
-        view = view[os.write(fd, view) :]
+    while view and not done.is_set():
+        try:
+            view = view[os.write(fd, view) :]
+            continue
+        except BlockingIOError:
+            pass
+        except OSError as exc:
+            raise ApiError(500, f"failed to write to input pipe: {exc.strerror}") from None
+        writable: asyncio.Future[None] = loop.create_future()
+        loop.add_writer(fd, _settle, writable)
+        ending = asyncio.ensure_future(done.wait())
+        try:
+            waits: set[asyncio.Future[Any]] = {writable, ending}
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            loop.remove_writer(fd)
+            ending.cancel()
 
 
 __all__ = ["BASH", "LogChannel", "Session", "SessionCancelled", "SessionCommand", "SessionShells", "ShellStart"]

@@ -258,8 +258,6 @@ class Toolbox:
                 "INVALID_REQUEST_BODY",
             )
         session = self.session(sandbox, session_id)
-        if not session.shell_alive:
-            raise ApiError(410, "session process has exited")
         await self.shells.send_input(session, self.command(sandbox, session_id, command_id), data)
 
     def command(self, sandbox: Sandbox, session_id: str, command_id: str) -> SessionCommand:

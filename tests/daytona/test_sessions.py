@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -260,18 +261,28 @@ def test_set_options_and_traces_last_as_in_the_daemons_shell(session: tuple[http
     assert got["stderr"].endswith("++ Z=3\n++ echo 3\n") and got["stderr"].startswith("+ . ")  # the sourcing too
 
 
-def test_input_reaches_an_asynchronous_command_and_is_echoed(session: tuple[httpx.Client, str]) -> None:
+def test_input_reaches_the_running_asynchronous_command_and_is_echoed(session: tuple[httpx.Client, str]) -> None:
     client, prefix = session
+
+    def send(command: str, data: str) -> httpx.Response:
+        return client.post(f"{prefix}/command/{command}/input", json={"data": data})
+
     echoed = _exec(session, "read a; echo got $a", runAsync=True)["cmdId"]
-    quiet = _exec(session, "read b; echo got $b", runAsync=True, suppressInputEcho=True)["cmdId"]
-    for command, data in ((echoed, "one"), (quiet, "two\n")):
-        sent = client.post(f"{prefix}/command/{command}/input", json={"data": data})
-        assert sent.status_code == 204, sent.text
+    queued = _exec(session, "read b; echo got $b", runAsync=True, suppressInputEcho=True)["cmdId"]
+    refused = send(queued, "early")  # the daemon makes a command's input pipe when the shell comes to it
+    assert (refused.status_code, refused.json()["message"]) == (
+        500,
+        "failed to open input pipe: open input.pipe: no such file or directory",
+    )
+    assert send(echoed, "one").status_code == 204
+    while (sent := send(queued, "two")).status_code == 500:  # each try a round trip: until the shell comes to it
+        assert sent.json()["message"] == refused.json()["message"]
+    assert sent.status_code == 204, sent.text
     assert _exec(session, "echo after")["stdout"] == "after\n"  # the shell ran both before this one
-    logs = [client.get(f"{prefix}/command/{c}/logs", headers=SDK).json()["stdout"] for c in (echoed, quiet)]
-    assert logs == ["one\ngot one\n", "got two\n"]
-    late = client.post(f"{prefix}/command/{echoed}/input", json={"data": "more"})
+    late = send(echoed, "more")
     assert (late.status_code, late.json()["message"]) == (410, "command has already completed with exit code 0")
+    logs = [client.get(f"{prefix}/command/{c}/logs", headers=SDK).json()["stdout"] for c in (echoed, queued)]
+    assert logs == ["one\ngot one\n", "got two\n"]
 
 
 def test_the_log_of_a_running_command_is_there_as_it_comes(session: tuple[httpx.Client, str]) -> None:
@@ -362,3 +373,26 @@ def test_a_session_shell_runs_under_a_uid_of_its_own(session: tuple[httpx.Client
     if os.geteuid() == 0:
         assert uid != 0
     assert _exec(session, "touch mine && stat -c %u mine")["stdout"] == f"{uid}\n"
+
+
+def test_nothing_of_the_sandboxs_runs_with_the_emulators_rights(quick: EmulatorServer, api_key: str) -> None:
+    """A session's shell and an interpreter context start as root and drop to their uid: the sandbox's env (here a
+    ``PYTHONPATH`` of ``.``) and home are theirs only after the drop, so a ``json.py`` a program left in the home is
+    never imported by the starting process, while the interpreter's code still finds the home's modules."""
+    client = httpx.Client(base_url=quick.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
+    sid = client.post("/api/sandbox", json={"env": {"PYTHONPATH": "."}}).json()["id"]
+    try:
+        prefix = f"/toolbox/{sid}/process/session"
+        assert client.post(prefix, json={"sessionId": "first"}).status_code == 201
+        planted = "import os\nopen('imported-by', 'a').write(f'{os.geteuid()}\\n')\n"
+        _exec((client, prefix + "/first"), f"printf %s {shlex.quote(planted)} > json.py; echo 'X = 42' > mine.py")
+        assert client.post(prefix, json={"sessionId": "second"}).status_code == 201
+        context = client.post(f"/toolbox/{sid}/process/interpreter/context", json={})
+        assert context.status_code == 200, context.text
+        got = _exec((client, prefix + "/second"), "cat imported-by 2>/dev/null; echo end")
+        assert got["stdout"] == "end\n"  # neither start imported the planted module
+        daytona = Daytona(DaytonaConfig(api_url=quick.url + "/api", api_key=api_key))
+        ran = daytona.get(sid).code_interpreter.run_code("import mine; print(mine.X)")
+        assert ran.stdout == "42\n", ran
+    finally:
+        client.delete(f"/api/sandbox/{sid}")

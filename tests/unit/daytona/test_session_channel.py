@@ -1,5 +1,5 @@
 """How the emulator reads a session shell's channels: log lines to the running command as they come, whatever their
-size or how the reads cut them; an exit record only at the start of a line of the stdout channel."""
+size or how the reads cut them; an record only at the start of a line."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ OUT = b"\x01\x01\x01"
 ERR = b"\x02\x02\x02"
 
 
-def _read(stream: bytes, cuts: list[int], records: bool = True) -> tuple[bytes, list[bytes]]:
+def _read(stream: bytes, cuts: list[int]) -> tuple[bytes, list[bytes]]:
     logged: list[bytes] = []
     exits: list[bytes] = []
-    channel = LogChannel(-1, logged.append, exits.append if records else None)
+    channel = LogChannel(-1, logged.append, exits.append)
     start = 0
     for cut in [*sorted(c % (len(stream) + 1) for c in cuts), len(stream)]:
         channel.feed(stream[start:cut] if cut > start else b"")
@@ -35,10 +35,9 @@ def test_log_lines_and_records_come_out_whole_however_the_reads_cut_them(lines: 
     assert exits == [b"abc 7"]
 
 
-def test_a_record_is_only_a_record_at_the_start_of_a_line_of_the_stdout_channel() -> None:
+def test_a_record_is_only_a_record_at_the_start_of_a_line() -> None:
     inside = OUT + b"say \x03\x03\x03abc 0\n"
     assert _read(inside, []) == (inside, [])
-    assert _read(b"\x03\x03\x03abc 0\n", [], records=False) == (b"\x03\x03\x03abc 0\n", [])
     bogus = b"\x03\x03\x03" + b"x" * 300 + b"\n"  # longer than any record: a line of the sandbox's own
     assert _read(bogus, [10, 100]) == (bogus, [])
 
