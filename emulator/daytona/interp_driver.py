@@ -287,6 +287,22 @@ def _place_fds(fds: object) -> None:
         os.close(fd)
 
 
+def _add_user_site() -> None:
+    """The user's site-packages, which the worker's ``python3`` (no venv) has on its path: the isolated start left it
+    out, so it is added now, as the sandbox's uid, from the sandbox's ``HOME`` (its ``.pth`` files included)."""
+    if sys.prefix != sys.base_prefix:
+        return  # a virtual environment's interpreter: no user site there either
+    import site
+
+    site.USER_BASE = None
+    site.USER_SITE = None
+    with contextlib.suppress(Exception):
+        path = site.getusersitepackages()
+        if os.path.isdir(path):
+            site.addsitedir(path)
+            site.ENABLE_USER_SITE = True
+
+
 def main() -> None:
     _apply_limits(json.loads(sys.argv[1]))
     if sys.argv[2] != "-":
@@ -298,7 +314,9 @@ def main() -> None:
     env = setup["env"]
     assert isinstance(env, dict)
     os.environ.clear()
-    os.environ.update({str(k): str(v) for k, v in env.items()})
+    for key, value in env.items():
+        with contextlib.suppress(ValueError, TypeError, UnicodeError):  # a name no environment can hold: left out
+            os.environ[str(key)] = str(value)
     for directory in (setup.get("cwd"), os.environ.get("HOME"), "/"):
         if isinstance(directory, str):
             try:
@@ -308,7 +326,10 @@ def main() -> None:
                 continue
     if sys.argv[4:5] == ["--exec"]:  # a session's shell: limits and uid as a context's, then the program itself
         _place_fds(setup.get("fds"))
+        for number in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores them; a program would inherit that
+            signal.signal(number, signal.SIG_DFL)
         os.execv(sys.argv[5], sys.argv[5:])
+    _add_user_site()
     # What the code sees of how it runs: the worker's, a script the daemon writes to its temp dir (``/tmp``, the
     # daemon's own, not the sandbox's $TMPDIR), not ours (whose directory, first on sys.path, would let
     # ``import config`` load the emulator's own module).

@@ -349,7 +349,7 @@ class Interpreters:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.DEVNULL,  # the worker's stderr is the daemon's log: nobody sees it
                 cwd="/",
-                env={},  # the sandbox's env and cwd come on the first line, taken after the uid change
+                env=STARTING_ENV,  # the sandbox's env and cwd come on the first line, taken after the uid change
                 start_new_session=True,
                 limit=2**26,
             )
@@ -500,6 +500,11 @@ def _valid_error(error: Any) -> bool:
     return error is None or (
         isinstance(error, dict) and all(isinstance(error.get(key), str) for key in ("name", "value", "traceback"))
     )
+
+
+#: The environment the driver starts with, as the emulator's user: nothing of the sandbox's; a UTF-8 locale, so that
+#: the interpreter is not in the UTF-8 mode a bare C locale would set.
+STARTING_ENV = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 
 def driver_setup(env: dict[str, str], cwd: str) -> bytes:

@@ -12,8 +12,10 @@ running.
 Here the script is the emulator's own, with the same steps. Nothing of it has a path another sandbox could open: the
 labelers are process substitutions, and they and the script write to the shell's descriptors 3 (stdout channel) and
 4 (stderr channel), pipes the emulator reads; an asynchronous command's stdin is a ``cat`` of descriptor 5, a pipe the
-emulator writes its input to. The command itself runs with 3, 4 and 5 closed. Each labeler ends with a record of its
-own on its channel (``\x03\x03\x03E <command id>``), and the script, once both have ended, with the exit record
+emulator writes its input to. The command runs with 3, 4 and 5 closed (bash keeps copies of them at 10 and above,
+which a command could reach, as it could the daemon's log file). Once both labelers have ended (or died: what they
+wrote is ahead in the pipes), the script ends the stderr channel's part of the
+command with a record (``\x03\x03\x03E <command id>``) and the stdout channel's with the exit record
 (``\x03\x03\x03X <command id> <exit code>``).
 """
 
@@ -29,12 +31,11 @@ STDERR_PREFIX = "\x02\x02\x02"
 RECORD_PREFIX = b"\x03\x03\x03"
 
 
-def _labeler(prefix: str, channel: int, command_id: str) -> str:
+def _labeler(prefix: str, channel: int) -> str:
     octal = "".join(f"\\{ord(c):03o}" for c in prefix)
     return (
         f">(while IFS= builtin read -r __dtn_line || [[ -n $__dtn_line ]]; do "
-        f"builtin printf '{octal}%s\\n' \"$__dtn_line\"; done >&{channel}; "
-        f"builtin printf '\\003\\003\\003E %s\\n' {shlex.quote(command_id)} >&{channel})"
+        f"builtin printf '{octal}%s\\n' \"$__dtn_line\"; done >&{channel})"
     )
 
 
@@ -48,9 +49,9 @@ def wrapper(command_id: str, script: str, run_async: bool) -> str:
     lines = [
         "{",
         "builtin trap -- 'builtin :' EXIT HUP INT TERM",
-        f"exec {{__dtn_out}}> {_labeler(STDOUT_PREFIX, 3, command_id)}",
+        f"exec {{__dtn_out}}> {_labeler(STDOUT_PREFIX, 3)}",
         "__dtn_out_pid=$!",
-        f"exec {{__dtn_err}}> {_labeler(STDERR_PREFIX, 4, command_id)}",
+        f"exec {{__dtn_err}}> {_labeler(STDERR_PREFIX, 4)}",
         "__dtn_err_pid=$!",
     ]
     if run_async:
@@ -65,6 +66,7 @@ def wrapper(command_id: str, script: str, run_async: bool) -> str:
         lines.append('builtin kill "$__dtn_in_pid" 2>/dev/null; builtin wait "$__dtn_in_pid" 2>/dev/null')
     lines += [
         'builtin wait "$__dtn_out_pid" "$__dtn_err_pid"',
+        f"builtin printf '\\003\\003\\003E %s\\n' {q(command_id)} >&4",
         f"builtin printf '\\003\\003\\003X %s %s\\n' {q(command_id)} \"$__dtn_code\" >&3",
         "}",
     ]

@@ -35,6 +35,7 @@ from typing import Any
 
 from . import session_shell
 from .errors import ApiError
+from .interpreter import STARTING_ENV
 
 #: The bash each session runs (the daemon's ``GetShell()``; the emulator's sandboxes have bash).
 BASH = "/bin/bash"
@@ -179,10 +180,11 @@ class Session:
             if command is not None and command.id == parts[1]:
                 command.ended[channel] = True
         elif parts[0] == "X" and len(parts) == 3 and channel == 0:
-            command = self.commands.get(parts[1])
-            if command is not None and command in self.queue:
+            command = self._writing(channel)
+            if command is not None and command.id == parts[1]:
                 with contextlib.suppress(ValueError):
                     command.code = int(parts[2])
+                    command.ended[channel] = True
         else:
             return
         self._finish_ended()
@@ -292,7 +294,7 @@ class SessionShells:
                     stdout=asyncio.subprocess.DEVNULL,  # the daemon's shell has no stdout or stderr of its own
                     stderr=asyncio.subprocess.DEVNULL,
                     cwd="/",
-                    env={},  # the sandbox's env and cwd come on the first line, taken after the uid change
+                    env=STARTING_ENV,  # the sandbox's env and cwd come on the first line, taken after the uid change
                     pass_fds=child,
                     start_new_session=True,
                 )
@@ -376,14 +378,15 @@ class SessionShells:
                 command.log += (session_shell.STDOUT_PREFIX.encode() + payload)[:room]
                 command.wake()
         async with session.input_lock:
-            await _write_while(session.input_w, payload, command.done)
+            if session.input_w is not None:
+                await _write_while(session.input_w, payload, command.done, session.cancelled)
 
     async def delete(self, session: Session) -> None:
         """As the daemon's ``Delete``: SIGTERM to the shell's process group, then, once the shell has no child left
         (looked at every 0.1 s) or after the grace period, SIGKILL to what is left; then what waits on its commands
         stops, and its directory goes."""
         process = session.process
-        if process is not None and process.returncode is None:
+        if process is not None:  # the group outlives a shell that exited while its jobs run
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGTERM)
             loop = asyncio.get_running_loop()
@@ -402,7 +405,7 @@ class SessionShells:
     def _release(self, session: Session) -> None:
         session.deleted = True
         process = session.process
-        if process is not None and process.returncode is None:
+        if process is not None:  # the group outlives a shell that exited while its jobs run
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
         if process is not None and process.stdin is not None:
@@ -412,6 +415,8 @@ class SessionShells:
             loop = asyncio.get_running_loop()
             for channel in session.channels:
                 loop.remove_reader(channel.fd)
+            if session.input_w is not None:
+                loop.remove_writer(session.input_w)  # before its number can be another session's
         for channel in session.channels:
             _close(channel.fd)
         session.channels.clear()
@@ -441,11 +446,12 @@ def _settle(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-async def _write_while(fd: int, payload: bytes, done: asyncio.Event) -> None:
-    """All of ``payload`` to the non-blocking ``fd``, waiting while the pipe is full; given up when ``done``."""
+async def _write_while(fd: int, payload: bytes, done: asyncio.Event, cancelled: asyncio.Event) -> None:
+    """All of ``payload`` to the non-blocking ``fd``, waiting while the pipe is full; given up when the command is
+    ``done`` or its session ``cancelled`` (whose release closes ``fd``)."""
     loop = asyncio.get_running_loop()
     view = memoryview(payload)
-    while view and not done.is_set():
+    while view and not done.is_set() and not cancelled.is_set():
         try:
             view = view[os.write(fd, view) :]
             continue
@@ -456,12 +462,15 @@ async def _write_while(fd: int, payload: bytes, done: asyncio.Event) -> None:
         writable: asyncio.Future[None] = loop.create_future()
         loop.add_writer(fd, _settle, writable)
         ending = asyncio.ensure_future(done.wait())
+        going = asyncio.ensure_future(cancelled.wait())
         try:
-            waits: set[asyncio.Future[Any]] = {writable, ending}
+            waits: set[asyncio.Future[Any]] = {writable, ending, going}
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            loop.remove_writer(fd)
+            if not cancelled.is_set():  # otherwise the release removed the writer before it closed ``fd``
+                loop.remove_writer(fd)
             ending.cancel()
+            going.cancel()
 
 
 __all__ = ["BASH", "LogChannel", "Session", "SessionCancelled", "SessionCommand", "SessionShells", "ShellStart"]

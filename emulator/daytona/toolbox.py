@@ -211,7 +211,7 @@ class Toolbox:
             if sessions.get(session_id) is session:
                 del sessions[session_id]
             raise
-        if session.deleted:  # the sandbox went while the shell started
+        if session.deleted and session.gone_reason == "sandbox":  # the sandbox went while the shell started
             raise SandboxGone
 
     async def delete_session(self, sandbox: Sandbox, session_id: str) -> None:

@@ -392,7 +392,55 @@ def test_nothing_of_the_sandboxs_runs_with_the_emulators_rights(quick: EmulatorS
         got = _exec((client, prefix + "/second"), "cat imported-by 2>/dev/null; echo end")
         assert got["stdout"] == "end\n"  # neither start imported the planted module
         daytona = Daytona(DaytonaConfig(api_url=quick.url + "/api", api_key=api_key))
-        ran = daytona.get(sid).code_interpreter.run_code("import mine; print(mine.X)")
-        assert ran.stdout == "42\n", ran
+        ran = daytona.get(sid).code_interpreter.run_code("import mine, sys; print(mine.X, sys.flags.utf8_mode)")
+        assert ran.stdout == "42 0\n", ran  # and a UTF-8 locale from the start, not the UTF-8 mode of a bare C one
     finally:
         client.delete(f"/api/sandbox/{sid}")
+
+
+def test_a_command_that_kills_its_labelers_ends_and_the_shell_goes_on(session: tuple[httpx.Client, str]) -> None:
+    _exec(session, "true")  # the wrapper's traps are set: the shell outlives the SIGTERM of its group
+    ended = _exec(session, "echo before; kill 0")  # the labelers die with it, whatever they had not written yet
+    assert ended["exitCode"] is not None
+    assert _exec(session, "echo next")["stdout"] == "next\n"
+
+
+def test_a_sessions_programs_get_the_default_signals_and_an_env_it_can_hold(
+    quick: EmulatorServer, api_key: str
+) -> None:
+    """SIGPIPE and SIGXFSZ as any shell gets them (Python, which starts the shell, ignores both); a sandbox variable
+    no environment can hold (a name with ``=``) is left out, not a dead shell."""
+    client = httpx.Client(base_url=quick.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
+    sid = client.post("/api/sandbox", json={"env": {"A=B": "1", "KEPT": "yes"}}).json()["id"]
+    try:
+        prefix = f"/toolbox/{sid}/process/session"
+        assert client.post(prefix, json={"sessionId": "s"}).status_code == 201
+        got = _exec((client, prefix + "/s"), 'yes | head -1; echo "${PIPESTATUS[@]}"; echo "$KEPT"')
+        assert (got["stdout"], got["stderr"]) == ("y\n141 0\nyes\n", "")
+    finally:
+        client.delete(f"/api/sandbox/{sid}")
+
+
+def test_input_still_waiting_when_the_session_goes_ends_and_spoils_no_other(
+    quick: EmulatorServer, session: tuple[httpx.Client, str]
+) -> None:
+    client, prefix = session
+    deaf = _exec(session, "sleep 1000", runAsync=True)["cmdId"]
+    async_client = httpx.AsyncClient(base_url=str(client.base_url), headers=client.headers, timeout=30)
+
+    async def stuck_input_then_delete() -> tuple[int, int]:
+        # More than a pipe holds, to a command that never reads: the request waits for room.
+        sending = asyncio.ensure_future(
+            async_client.post(f"{prefix}/command/{deaf}/input", json={"data": "x" * 400_000})
+        )
+        while not (await async_client.get(f"{prefix}/command/{deaf}/logs", headers=SDK)).json()["stdout"]:
+            pass  # the echo is logged before the write: the request is in its wait once it shows
+        deleted = await async_client.delete(prefix)
+        return deleted.status_code, (await sending).status_code
+
+    assert asyncio.run(stuck_input_then_delete()) == (204, 204)
+    assert client.post(prefix.rsplit("/", 1)[0], json={"sessionId": "s"}).status_code == 201
+    reader = _exec(session, "read a; echo got $a", runAsync=True)["cmdId"]
+    assert client.post(f"{prefix}/command/{reader}/input", json={"data": "fresh"}).status_code == 204
+    assert _exec(session, "true")["exitCode"] == 0
+    assert client.get(f"{prefix}/command/{reader}/logs", headers=SDK).json()["stdout"] == "fresh\ngot fresh\n"
