@@ -245,6 +245,10 @@ class SessionShells:
     """The live shells of one emulator's sessions."""
 
     def __init__(self, start: ShellStart, grace: float = 5.0, log_limit: int = 64 * 1024 * 1024) -> None:
+        if not (isinstance(grace, (int, float)) and 0 <= grace < math.inf):  # NaN too
+            raise ValueError(f"session_termination_grace must be a number of seconds >= 0, not {grace!r}")
+        if not isinstance(log_limit, int) or log_limit < 0:
+            raise ValueError(f"session_log_limit must be a number of bytes >= 0, not {log_limit!r}")
         self._start = start
         self.grace = grace
         self.log_limit = log_limit

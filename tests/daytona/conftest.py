@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -94,3 +95,22 @@ def tb(server: EmulatorServer, api_key: str) -> tuple[httpx.Client, str]:
     created = client.post("/api/sandbox", json={})
     assert created.status_code == 200, created.text
     return client, f"/toolbox/{created.json()['id']}"
+
+
+def dead(pid: int) -> bool:
+    """Whether ``pid`` is gone or a zombie (killed, not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def all_dead(pids: Iterator[int] | list[int], within: float = 5.0) -> bool:
+    """Whether every one of ``pids`` is :func:`dead` within ``within`` seconds: a SIGKILL takes effect when its
+    target next runs, a moment later (polled, no fixed wait)."""
+    left = list(pids)
+    deadline = time.monotonic() + within
+    while (left := [pid for pid in left if not dead(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return not left

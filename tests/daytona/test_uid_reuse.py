@@ -10,7 +10,6 @@ lets go: to the holder still in it, or to root.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -22,7 +21,7 @@ from emulator.daytona.config import DaytonaConfig as EmulatedDaytona
 from emulator.executor import ExecutorConfig
 from emulator.server import EmulatorServer
 
-from .conftest import interpreter_frames
+from .conftest import all_dead, dead, interpreter_frames
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="runs under uids of their own only as root")
 
@@ -157,16 +156,5 @@ def test_an_interpreter_context_leaves_no_process_behind_not_even_one_that_keeps
     uid = int(frames[0]["text"])
     assert _processes_of(uid)  # the loop runs on after the code
     assert client.delete(f"/toolbox/{sid}/process/interpreter/context/{context}").status_code == 200
-    # Killed by then: a SIGKILL takes effect when its target next runs, a moment later (polled, no fixed wait).
-    deadline = time.monotonic() + 5
-    while [pid for pid in _processes_of(uid) if not _zombie(pid)] and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert [pid for pid in _processes_of(uid) if not _zombie(pid)] == []
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except OSError:
-        return True
+    assert all_dead(_processes_of(uid))  # killed by then
+    assert all(dead(pid) for pid in _processes_of(uid))  # nor anything forked meanwhile

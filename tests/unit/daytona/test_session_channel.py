@@ -3,11 +3,12 @@ size or how the reads cut them; an record only at the start of a line."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from emulator.daytona.session_logs import unmarked
-from emulator.daytona.sessions import LogChannel
+from emulator.daytona.sessions import LogChannel, SessionShells, ShellStart
 
 OUT = b"\x01\x01\x01"
 ERR = b"\x02\x02\x02"
@@ -47,3 +48,10 @@ def test_markers_are_taken_out_for_an_old_sdk_even_when_a_read_splits_one() -> N
     assert unmarked(b"a\n\x01\x01", final=False) == (b"a\n", 2)  # the start of a marker waits for the rest
     assert unmarked(b"a\n\x01\x01", final=True) == (b"a\n\x01\x01", 4)
     assert unmarked(b"a\n" + OUT, final=False) == (b"a\n", 5)  # a whole marker at the end is no start of one
+
+
+@pytest.mark.parametrize(("grace", "limit"), [(float("nan"), 1), (-1.0, 1), (1.0, -5)])
+def test_a_grace_or_log_limit_that_is_no_amount_is_refused_at_the_start(grace: float, limit: int) -> None:
+    start = ShellStart("python3", "driver", lambda _uid: {}, None, lambda _h, _u: None, lambda _e, _c: b"", None)
+    with pytest.raises(ValueError, match=r"session_termination_grace|session_log_limit"):
+        SessionShells(start, grace, limit)
