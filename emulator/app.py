@@ -28,6 +28,7 @@ from emulator.daytona.service import ROUTES as DAYTONA_ROUTES
 from emulator.daytona.service import DaytonaService
 from emulator.executor import Executor, ExecutorConfig
 from emulator.faults import Clock, FaultEngine, FaultPlan, FaultPlanError, RealClock, load_plan, profile_names
+from emulator.fd_limit import raise_open_file_limit
 from emulator.gate import FaultGate
 from emulator.journal import Journal
 from emulator.sandbox_fusion.jupyter import JupyterRunner
@@ -69,6 +70,7 @@ class Emulator:
             hint = " (a fault plan or profile goes in faults=...)" if isinstance(config, str | Mapping) else ""
             raise TypeError(f"Emulator's config must be an EmulatorConfig, got {type(config).__name__}{hint}")
         self.config = config or EmulatorConfig()
+        raise_open_file_limit()  # every sandbox's processes hold descriptors of this one process (see fd_limit)
         self.clock: Clock = clock if clock is not None else RealClock()
         self.engine = FaultEngine(_to_plan(faults), clock=self.clock)
         self.journal = Journal(self.clock)

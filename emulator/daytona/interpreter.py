@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import json
+import logging
 import os
 import signal
 import tempfile
@@ -49,6 +51,57 @@ class InterpreterTimeout(Exception):
     def __init__(self, unsent: list[dict[str, str]] | None = None) -> None:
         super().__init__("execution timeout")
         self.unsent = unsent or []
+
+
+_log = logging.getLogger(__name__)
+
+
+class WorkerStartError(Exception):
+    """A context's process could not start (descriptors, processes or uids exhausted); ``cause`` is the daemon's
+    error text from its worker start on, ``restart`` whether the context had a process before."""
+
+    def __init__(self, cause: str, restart: bool) -> None:
+        super().__init__(cause)
+        self.cause = cause
+        self.restart = restart
+
+
+def go_start_error(error: OSError, program: str) -> str:
+    """How Go's ``os/exec`` words ``error`` in starting ``program``: it makes the pipes first (``pipe2: ...``, where
+    descriptors run out), then forks (``fork/exec PROGRAM: ...``); Go's texts are the C library's, lower-cased."""
+    number = error.errno
+    if not (isinstance(number, int) and number > 0):
+        number = _spawn_errno()
+    if isinstance(number, int) and number > 0:
+        reason = os.strerror(number)
+    else:
+        reason = error.strerror or str(error) or type(error).__name__
+    reason = reason[:1].lower() + reason[1:]
+    if number in (errno.EMFILE, errno.ENFILE):
+        return f"pipe2: {reason}"
+    return f"fork/exec {program}: {reason}"
+
+
+def _spawn_errno() -> int | None:
+    """uvloop words some failed spawns as errno -1, libuv's unnamed error, when descriptors are nearly out: as many
+    descriptors as a spawn takes (its pipes, its error pipe), made at once, say whether they are."""
+    made: list[int] = []
+    try:
+        for _ in range(4):
+            made.extend(os.pipe())
+    except OSError as probe:
+        return probe.errno
+    finally:
+        for fd in made:
+            os.close(fd)
+    return None
+
+
+def _start_failure(error: OSError, python: str) -> str:
+    """What the daemon's ``Context.start`` says when its worker cannot start."""
+    said = go_start_error(error, python)
+    step = "failed to create stdin pipe" if said.startswith("pipe2:") else "failed to start Python worker"
+    return f"{step}: {said}"
 
 
 @dataclass(frozen=True)
@@ -94,6 +147,8 @@ class Context:
     process: asyncio.subprocess.Process | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     closed: bool = False
+    #: A process was started for it once (a later start is the daemon's restart).
+    started: bool = False
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -129,6 +184,10 @@ def _claim_block(base: int, count: int) -> tuple[int, int | None]:
     return base, None
 
 
+class UidsExhausted(RuntimeError):
+    """Every uid of the pool is held by a live context or session shell."""
+
+
 class UidPool:
     """Uids for interpreter processes, one per live context, from a block of its own."""
 
@@ -146,7 +205,7 @@ class UidPool:
             self._base, self._lock_fd = _claim_block(self._wanted, self._count)
             self._free = list(range(self._base, self._base + self._count))[::-1]
         if not self._free:
-            raise RuntimeError("no free interpreter uid")
+            raise UidsExhausted("no free uid (interpreter_uid_count)")  # short: it goes in a close frame
         return self._free.pop()
 
     def give(self, uid: int | None) -> None:
@@ -225,7 +284,11 @@ class Interpreters:
             raise RuntimeError("context deleted")
         if context.process is None or context.process.returncode is not None:
             self._stop(context)
-            await self._start(context)
+            try:
+                await self._start(context)
+            except OSError as error:
+                raise WorkerStartError(_start_failure(error, self.settings.python), context.started) from error
+            context.started = True
             return True
         return False
 
@@ -268,19 +331,29 @@ class Interpreters:
         uid, context.uid = context.uid, None
         self._give_back(context.home, uid)
 
-    def _give_back(self, home: str, uid: int | None) -> None:
+    def _give_back(self, home: str, uid: int | None, ran: bool = True) -> None:
         """Kill what is left under ``uid``, hand the home back (see ``HOLDERS``), then free the uid: no other context
-        can get it before the home is no longer its."""
+        can get it before the home is no longer its. ``ran``: a process was started as the uid (else there is
+        nothing to kill: its start failed)."""
         if uid is None:
             return
-        self._uids.kill(uid)
+        swept = True
+        try:
+            if ran:
+                self._uids.kill(uid)
+        except OSError as error:  # /proc unreadable or no process left to make (descriptors, tasks exhausted)
+            swept = False
+            _log.warning("interpreter uid %d kept out of the pool: its processes could not be swept (%s)", uid, error)
         try:
             asyncio.get_running_loop()
         except RuntimeError:  # a shutdown with no loop left: no thread to wait for either
             HOLDERS.let_go(home, uid, at_once=True)
-            self._uids.free(uid)
+            if swept:
+                self._uids.free(uid)
             return
         pending = HOLDERS.let_go(home, uid)
+        if not swept:  # what may still run as it must not meet the uid's next context
+            return
         if pending is None:
             self._uids.free(uid)
             return
@@ -314,17 +387,21 @@ class Interpreters:
             try:
                 await hand_over(home, uid)
             except BaseException:
-                self._give_back(home, uid)
+                self._give_back(home, uid, ran=False)
                 raise
         return uid
 
-    def release(self, home: str, uid: int | None) -> None:
-        """Kill what is left under a leased uid, hand the home back, then free the uid."""
-        self._give_back(home, uid)
+    def release(self, home: str, uid: int | None, ran: bool = True) -> None:
+        """Kill what is left under a leased uid (``ran``: a process was started as it), hand the home back, then
+        free the uid."""
+        self._give_back(home, uid, ran)
 
     async def _start(self, context: Context) -> None:
         settings = self.settings
-        uid = self._uids.take()
+        try:
+            uid = self._uids.take()
+        except UidsExhausted as exhausted:
+            raise WorkerStartError(f"failed to start Python worker: {exhausted}", context.started) from None
         limits = self.limits(uid)
         env = {
             "PATH": f"{_bin_dir(settings.python)}:{_SYSTEM_PATH}",
@@ -354,7 +431,7 @@ class Interpreters:
                 limit=2**26,
             )
         except BaseException:
-            self._give_back(context.home, uid)
+            self._give_back(context.home, uid, ran=False)  # no process was made
             raise
         assert process.stdin is not None
         process.stdin.write(driver_setup(env, cwd))

@@ -96,14 +96,21 @@ def parse_execute_request(raw: str | bytes, known_context: Any) -> ExecuteReques
     if timeout is not None and timeout < 0:
         return Refusal(CLOSE_POLICY_VIOLATION, "timeout must be greater than or equal to 0")
     if context_id is not None and context_id != "default" and not known_context(context_id):
-        return Refusal(CLOSE_POLICY_VIOLATION, _close_reason(f"context not found: {as_go_decodes(context_id)}"))
+        return Refusal(CLOSE_POLICY_VIOLATION, close_reason(f"context not found: {as_go_decodes(context_id)}"))
     return ExecuteRequest(as_go_decodes(code), context_id, timeout, envs)
 
 
-def _close_reason(text: str) -> str:
+def close_reason(text: str) -> str:
     """At most the 123 bytes a close frame holds (the daemon's longer one fails to send; the client sees 1006)."""
     data = text.encode("utf-8")
     return text if len(data) <= 123 else data[:123].decode("utf-8", "ignore")
 
 
-__all__ = ["CLOSE_POLICY_VIOLATION", "CLOSE_PROTOCOL_ERROR", "ExecuteRequest", "Refusal", "parse_execute_request"]
+__all__ = [
+    "CLOSE_POLICY_VIOLATION",
+    "CLOSE_PROTOCOL_ERROR",
+    "ExecuteRequest",
+    "Refusal",
+    "close_reason",
+    "parse_execute_request",
+]

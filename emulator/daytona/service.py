@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -48,10 +49,11 @@ from .interpreter import (
     Interpreters,
     InterpreterSettings,
     InterpreterTimeout,
+    WorkerStartError,
     driver_setup,
     hand_over,
 )
-from .interpreter_request import Refusal, parse_execute_request
+from .interpreter_request import CLOSE_POLICY_VIOLATION, Refusal, close_reason, parse_execute_request
 from .report import code_digest
 from .sandboxes import Sandbox, SandboxStore, interval_minutes
 from .session_logs import stream_log
@@ -60,6 +62,9 @@ from .throttle import Throttlers, Verdict
 from .toolbox import ACCEPTED, COMMAND, CommandTimeout, SandboxGone, Toolbox, delete_path
 
 _log = logging.getLogger(__name__)
+
+#: Errors of the machine, not of the request: descriptors, memory or processes run out.
+_EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
 
 ExecutorGetter = Callable[[], Awaitable[Executor]]
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -288,6 +293,10 @@ class DaytonaService:
                     return daemon_error(404, f"file not found: {shown}", path, request.method, "FILE_NOT_FOUND"), {}
                 except OSError as exc:  # a directory where a file was meant, a permission: the caller's request
                     reason = exc.strerror or type(exc).__name__
+                    if exc.errno in _EXHAUSTED:  # not the request's fault: the daemon's 500, in Go's words
+                        reason = reason[:1].lower() + reason[1:]
+                        said = reason if exc.filename is None else f"{_as_client_path(sandbox, exc.filename)}: {reason}"
+                        return daemon_error(500, said, path, request.method, "INTERNAL_SERVER_ERROR"), {}
                     shown = _as_client_path(sandbox, exc.filename)
                     return daemon_error(400, f"{reason}: {shown}", path, request.method, "BAD_REQUEST"), {}
                 except Exception as exc:  # a bug of ours: the daemon's envelope for an error it did not expect, logged
@@ -471,7 +480,11 @@ class DaytonaService:
             raise ApiError(500, f"failed to start context: failed to start Python worker: chdir {cwd}: {reason}")
         await self._ensure_home(sandbox)
         context = self.interpreters.create(sandbox.id, sandbox.home, sandbox.env, target, language)
-        await self.interpreters.start(context)
+        try:
+            await self.interpreters.start(context)
+        except WorkerStartError as failed:  # the daemon keeps no context whose worker did not start
+            self.interpreters.delete(sandbox.id, context.id)
+            raise ApiError(500, f"failed to start context: {failed.cause}") from None
         return context.to_json()
 
     async def _tb_interpreter_context_list(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
@@ -703,6 +716,10 @@ class DaytonaService:
                 abandoned = abandoned_before_start
         try:
             outcome = await self.interpreters.run(context, code, envs, timeout, send, start_at, abandoned)
+        except WorkerStartError as failed:
+            with contextlib.suppress(Exception):
+                await websocket.close(*_start_failure_close(context.id, failed))
+            return "error"
         except InterpreterTimeout as killed:  # the code did not end when interrupted: killed, with no last message
             with contextlib.suppress(Exception):
                 for frame in killed.unsent:
@@ -730,6 +747,16 @@ class DaytonaService:
         except (WebSocketDisconnect, RuntimeError):  # the client left before the end: nobody to tell
             return "cancelled"
         return "ok"
+
+
+def _start_failure_close(context_id: str, failed: WorkerStartError) -> tuple[int, str]:
+    """The daemon's close when a context's worker cannot start for an execution: for the default context, 1011 with
+    its error chain; for a named one, whose restart fails in ``GetContext``, the controller's 1008 ``context not
+    found`` (it says that for any error of ``GetContext``)."""
+    if context_id != "default":
+        return CLOSE_POLICY_VIOLATION, close_reason(f"context not found: {context_id}")
+    step = "failed to restart default context" if failed.restart else "failed to start context"
+    return 1011, close_reason(f"failed to get default context: {step}: {failed.cause}")
 
 
 async def _leaves_during(websocket: WebSocket, wait: Awaitable[None]) -> bool:

@@ -35,7 +35,7 @@ from typing import Any
 
 from . import session_shell
 from .errors import ApiError
-from .interpreter import STARTING_ENV
+from .interpreter import STARTING_ENV, UidsExhausted, go_start_error
 
 #: The bash each session runs (the daemon's ``GetShell()``; the emulator's sandboxes have bash).
 BASH = "/bin/bash"
@@ -236,7 +236,7 @@ class ShellStart:
     driver: str
     limits: Callable[[int | None], dict[str, int]]
     lease: Callable[[str], Any]  # async (home) -> uid | None: a uid held until release, the home handed to it
-    release: Callable[[str, int | None], None]
+    release: Callable[[str, int | None, bool], None]  # (home, uid, a process ran as it)
     setup: Callable[[dict[str, str], str], bytes]  # the driver's first line: env and cwd
     hand_over: Callable[[str, int], Any]  # async (home, uid): the home to that uid again
 
@@ -312,6 +312,12 @@ class SessionShells:
             loop = asyncio.get_running_loop()
             for index, channel in enumerate(session.channels):
                 loop.add_reader(channel.fd, session.readable, index)
+        except OSError as error:  # descriptors or processes run out: the daemon's 500 with Go's words
+            self._release(session)
+            raise ApiError(500, go_start_error(error, BASH)) from None
+        except UidsExhausted as exhausted:
+            self._release(session)
+            raise ApiError(500, f"fork/exec {BASH}: {exhausted}") from None
         except BaseException:
             self._release(session)
             raise
@@ -428,7 +434,7 @@ class SessionShells:
         _close(session.input_r)
         session.input_w = session.input_r = None
         uid, session.uid = session.uid, None
-        self._start.release(session.home, uid)
+        self._start.release(session.home, uid, process is not None)
         if session.directory:
             shutil.rmtree(session.directory, ignore_errors=True)
         session.cancelled.set()

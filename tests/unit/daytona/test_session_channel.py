@@ -52,6 +52,6 @@ def test_markers_are_taken_out_for_an_old_sdk_even_when_a_read_splits_one() -> N
 
 @pytest.mark.parametrize(("grace", "limit"), [(float("nan"), 1), (-1.0, 1), (1.0, -5)])
 def test_a_grace_or_log_limit_that_is_no_amount_is_refused_at_the_start(grace: float, limit: int) -> None:
-    start = ShellStart("python3", "driver", lambda _uid: {}, None, lambda _h, _u: None, lambda _e, _c: b"", None)
+    start = ShellStart("python3", "driver", lambda _uid: {}, None, lambda _h, _u, _r: None, lambda _e, _c: b"", None)
     with pytest.raises(ValueError, match=r"session_termination_grace|session_log_limit"):
         SessionShells(start, grace, limit)
