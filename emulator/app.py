@@ -131,7 +131,10 @@ class Emulator:
                 with contextlib.suppress(RuntimeError):
                     await old.aclose()
             executor = Executor(self.config.executor)
-            await executor.start()
+            # Descriptors or processes out: the first run tries again, and its runner answers as the service
+            # answers a failed spawn (Sandbox Fusion's SandboxError), not a traceback.
+            with contextlib.suppress(OSError):
+                await executor.start()
             self._executor, self._loop = executor, loop
             return executor
 

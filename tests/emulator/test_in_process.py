@@ -137,3 +137,35 @@ def test_journal_and_decision_log_are_bounded() -> None:
     for i in range(4):
         log.append({"ordinal": i})
     assert [r["ordinal"] for r in log.records] == [2, 3] and log.dropped == 2
+
+
+def test_an_executor_that_cannot_start_is_a_sandbox_error_then_recovers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Descriptors or processes out when the executor starts: the run answers Sandbox Fusion's ``SandboxError``
+    (HTTP 200, as the real server answers a runner that cannot spawn), not a 500, and the next run starts it."""
+    from emulator.executor import zygote
+
+    real_start = zygote.Zygote.start
+
+    async def out_of_descriptors(self: zygote.Zygote) -> None:
+        raise OSError(24, "Too many open files")
+
+    emulator = Emulator()
+
+    async def main() -> tuple[int, dict[str, object], dict[str, object]]:
+        transport = httpx.ASGITransport(app=emulator.app)
+        try:
+            async with httpx.AsyncClient(transport=transport, base_url="http://sandbox") as client:
+                request = {"code": "print(40 + 2)", "language": "python"}
+                monkeypatch.setattr(zygote.Zygote, "start", out_of_descriptors)
+                failed = await client.post("/run_code", json=request)
+                monkeypatch.setattr(zygote.Zygote, "start", real_start)
+                recovered = await client.post("/run_code", json=request)
+                return failed.status_code, failed.json(), recovered.json()
+        finally:
+            await emulator.aclose()
+
+    status, failed, recovered = asyncio.run(main())
+    assert status == 200
+    assert failed["status"] == "SandboxError"
+    assert "Too many open files" in str(failed["message"])
+    assert recovered["status"] == "Success" and recovered["run_result"]["stdout"] == "42\n"  # type: ignore[index]
