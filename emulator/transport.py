@@ -30,6 +30,8 @@ ARRIVED_KEY = "emulator.arrived"
 #: our extensions), but they start the application's task while our protocol hands the connection over, so the task
 #: inherits this from the hand-over's context.
 _UPGRADE_ARRIVED: ContextVar[float | None] = ContextVar("emulator_upgrade_arrived", default=None)
+#: The upgraded connection's transport, handed over the same way.
+_UPGRADE_TRANSPORT: ContextVar[Any] = ContextVar("emulator_upgrade_transport", default=None)
 
 try:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -98,13 +100,16 @@ def _expose(scope: dict[str, Any], transport: asyncio.BaseTransport) -> None:
     extensions[ARRIVED_KEY] = time.monotonic()
 
 
-def _hand_over(scope: Mapping[str, Any] | None, upgrade: Callable[[], None]) -> None:
-    """Run an upgrade with its request's arrival in the context that the WebSocket's application task copies."""
+def _hand_over(scope: Mapping[str, Any] | None, transport: Any, upgrade: Callable[[], None]) -> None:
+    """Run an upgrade with its request's arrival and its transport in the context that the WebSocket's application
+    task copies."""
     arrived = arrived_at(scope) if scope is not None else None
     token = _UPGRADE_ARRIVED.set(arrived if arrived is not None else time.monotonic())
+    transport_token = _UPGRADE_TRANSPORT.set(transport)
     try:
         upgrade()
     finally:
+        _UPGRADE_TRANSPORT.reset(transport_token)
         _UPGRADE_ARRIVED.reset(token)
 
 
@@ -125,7 +130,7 @@ class ExposingH11Protocol(H11Protocol):
 
     def handle_websocket_upgrade(self, event: Any) -> None:
         # h11 makes the scope as it upgrades (it is exposed after): the arrival is then the hand-over's time.
-        _hand_over(None, lambda: super(ExposingH11Protocol, self).handle_websocket_upgrade(event))
+        _hand_over(None, self.transport, lambda: super(ExposingH11Protocol, self).handle_websocket_upgrade(event))
 
 
 if HttpToolsProtocol is not None:
@@ -145,7 +150,7 @@ if HttpToolsProtocol is not None:
             _expose(self.scope, self.transport)  # type: ignore[arg-type]
 
         def handle_websocket_upgrade(self) -> None:
-            _hand_over(self.scope, super().handle_websocket_upgrade)
+            _hand_over(self.scope, self.transport, super().handle_websocket_upgrade)
 
     DEFAULT_PROTOCOL: type[Any] = ExposingHttpToolsProtocol
 else:  # pragma: no cover - depends on the install
@@ -164,6 +169,13 @@ def arrived_at(scope: Mapping[str, Any]) -> float | None:
 def transport_of(scope: dict[str, Any]) -> Any:
     """The connection's transport (asyncio's or uvloop's, which is not an ``asyncio.Transport`` subclass)."""
     transport = scope.get("extensions", {}).get(TRANSPORT_KEY)
+    return transport if hasattr(transport, "abort") else None
+
+
+def websocket_transport() -> Any:
+    """The transport of the WebSocket connection whose application task calls this; None under an ASGI transport
+    with no socket."""
+    transport = _UPGRADE_TRANSPORT.get()
     return transport if hasattr(transport, "abort") else None
 
 

@@ -100,6 +100,10 @@ class DaytonaConfig:
     interpreter_timeout: float = 600.0
     #: Seconds a timed-out execution has to end after its SIGINT before its process is killed (the daemon's 2).
     interpreter_grace: float = 2.0
+    #: Frames queued for an interpreter client before it is dropped as a ``slow consumer`` (the daemon's 1,024).
+    interpreter_client_frames: int = 1024
+    #: Seconds a dropped client's queued frames have to leave before its connection is closed (the daemon's 5).
+    interpreter_slow_client_wait: float = 5.0
     #: Seconds a session's shell has after the SIGTERM of its deletion before it is killed (the daemon's
     #: ``DAYTONA_TERMINATION_GRACE_PERIOD``, 5 s; a shell that has run a command catches SIGTERM and waits it out).
     session_termination_grace: float = 5.0

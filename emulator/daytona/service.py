@@ -9,10 +9,10 @@ API), and annotate the journal entry with the sandbox id and labels.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -53,6 +53,7 @@ from .interpreter import (
     driver_setup,
     hand_over,
 )
+from .interpreter_client import ClientChannel
 from .interpreter_request import CLOSE_POLICY_VIOLATION, Refusal, close_reason, parse_execute_request
 from .report import code_digest
 from .sandboxes import Sandbox, SandboxStore, interval_minutes
@@ -149,6 +150,11 @@ class DaytonaService:
         now: Callable[[], float],
         python: str,
     ) -> None:
+        frames, wait = config.interpreter_client_frames, config.interpreter_slow_client_wait
+        if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
+            raise ValueError(f"interpreter_client_frames must be a whole number >= 1, not {frames!r}")
+        if isinstance(wait, bool) or not (isinstance(wait, (int, float)) and 0 <= wait < math.inf):  # NaN too
+            raise ValueError(f"interpreter_slow_client_wait must be a number of seconds >= 0, not {wait!r}")
         self.config = config
         self.gate = gate
         self._executor = executor
@@ -697,9 +703,6 @@ class DaytonaService:
     async def _interpret(
         self, websocket: WebSocket, context: Context, code: str, envs: dict[str, str], timeout: float
     ) -> str:
-        async def send(frame: dict[str, str]) -> None:
-            await websocket.send_text(_output_message(frame))
-
         start_at: float | None = None
         abandoned: Callable[[], Awaitable[bool]] | None = None
         gate = start_gate.take()
@@ -714,39 +717,49 @@ class DaytonaService:
                     return await _leaves_before(websocket, deadline)
 
                 abandoned = abandoned_before_start
+        config = self.config
+        client = ClientChannel(websocket, config.interpreter_client_frames, config.interpreter_slow_client_wait)
         try:
-            outcome = await self.interpreters.run(context, code, envs, timeout, send, start_at, abandoned)
+            outcome = await self.interpreters.run(context, code, envs, timeout, client.send, start_at, abandoned)
         except WorkerStartError as failed:
-            with contextlib.suppress(Exception):
-                await websocket.close(*_start_failure_close(context.id, failed))
+            await client.close(*_start_failure_close(context.id, failed))
             return "error"
         except InterpreterTimeout as killed:  # the code did not end when interrupted: killed, with no last message
-            with contextlib.suppress(Exception):
-                for frame in killed.unsent:
-                    await send(frame)
-                await websocket.close(WS_TIMEOUT_CLOSE, "")
-            return "timeout"
+            for frame in killed.unsent:
+                await client.send(frame)
+            await client.close(WS_TIMEOUT_CLOSE, "")
+            return _left(client, "timeout")
         except (WebSocketDisconnect, RuntimeError):
+            await client.close(1000)
             return "cancelled"
         if outcome.cancelled:
+            await client.close(1000)
             return "cancelled"
-        try:
-            for frame in outcome.unsent:  # the last output, with the end: one write
-                await send(frame)
-            if outcome.exited:  # the daemon's process monitor closes the socket when its worker ends
-                await websocket.close(1001, "worker process ended")
-                return "error"
-            if outcome.interrupted:  # KeyboardInterrupt, a timeout's or the code's own: the daemon's timeout close
-                await send({"type": "control", "text": "interrupted"})
-                await websocket.close(WS_TIMEOUT_CLOSE, "")
-                return "timeout"
-            if outcome.error is not None:
-                await send({"type": "error", **outcome.error})
-            await send({"type": "control", "text": "completed"})
-            await websocket.close(1000)
-        except (WebSocketDisconnect, RuntimeError):  # the client left before the end: nobody to tell
-            return "cancelled"
-        return "ok"
+        for frame in outcome.unsent:  # the last output, with the end: one write
+            await client.send(frame)
+        if outcome.exited:  # the daemon's process monitor closes the socket when its worker ends
+            await client.close(1001, "worker process ended")
+            return _left(client, "error")
+        if outcome.interrupted:  # KeyboardInterrupt, a timeout's or the code's own: the daemon's timeout close
+            await client.send({"type": "control", "text": "interrupted"})
+            await client.close(WS_TIMEOUT_CLOSE, "")
+            return _left(client, "timeout")
+        if outcome.error is not None:
+            await client.send({"type": "error", **outcome.error})
+        await client.send({"type": "control", "text": "completed"})
+        await client.close(1000)
+        return _left(client, "ok")
+
+
+def _left(client: ClientChannel, outcome: str) -> str:
+    """The journal's outcome of an execution whose client may have gone (it left: cancelled) or been dropped (a
+    slow consumer: an error, noted in the entry)."""
+    if client.slow:
+        entry = current_entry()
+        if entry is not None:
+            entry.detail["closed"] = "slow consumer"
+        return "error"
+    return "cancelled" if client.gone else outcome
 
 
 def _start_failure_close(context_id: str, failed: WorkerStartError) -> tuple[int, str]:
@@ -858,19 +871,6 @@ def _download_refusal(exc: Exception, path: str) -> tuple[int, str, str]:
         return 400, "INVALID_FILE_PATH", f"invalid file path: {path}"
     reason = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else str(exc)
     return 500, "FILE_READ_FAILED", f"failed to open file: open {path}: {reason}"
-
-
-def _output_message(frame: dict[str, str]) -> str:
-    """A frame as the daemon writes its ``OutputMessage``: every field, empty when unused, in its order."""
-    return json.dumps(
-        {
-            "type": frame.get("type", ""),
-            "text": frame.get("text", ""),
-            "name": frame.get("name", ""),
-            "value": frame.get("value", ""),
-            "traceback": frame.get("traceback", ""),
-        }
-    )
 
 
 def _daemon_body(body: bytes) -> dict[str, Any]:
