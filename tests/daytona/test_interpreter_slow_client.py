@@ -156,3 +156,19 @@ def test_a_client_that_reads_gets_everything(small_queue: EmulatorServer) -> Non
 def test_a_client_queue_setting_that_is_no_amount_is_refused_with_its_name(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=field):
         make_server(EmulatedDaytona(**{field: value}))  # type: ignore[arg-type]
+
+
+def test_a_client_that_leaves_mid_run_leaves_the_code_running(server: EmulatorServer) -> None:
+    """As the daemon's: a write to a client that left fails, and the code goes on (before, the failed write ended
+    the context's process, and its state with it)."""
+    sid = _sandbox(server)
+    code = "import time\nfor i in range(40):\n    print(i, flush=True)\n    time.sleep(0.01)\nfinished = i"
+    with connect(_url(server, sid), additional_headers=AUTH) as ws:
+        ws.send(json.dumps({"code": code}))
+        first = json.loads(ws.recv(timeout=30))
+    assert first["text"] == "0\n"
+    assert _closed_entry(server)["outcome"] == "cancelled"
+    with connect(_url(server, sid), additional_headers=AUTH) as ws:
+        ws.send(json.dumps({"code": "print(finished)"}))
+        frames = [json.loads(message) for message in ws]
+    assert [f["text"] for f in frames if f["type"] == "stdout"] == ["39\n"]
