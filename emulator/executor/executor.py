@@ -186,8 +186,10 @@ class Executor:
         self._nest: str | None = None
         runtime_bin = os.path.dirname(os.path.abspath(self.config.python))
         self._path_env = f"{runtime_bin}:{_SYSTEM_PATH}"
-        self._zygote: Zygote | None = None
-        self._lock: asyncio.Lock | None = None
+        warm = self.config.warm_interpreters
+        self._zygotes: list[Zygote | None] = [None] * (warm if warm is not None else max(1, _CORES // 8))
+        self._locks: list[asyncio.Lock | None] = [None] * len(self._zygotes)
+        self._load = [0] * len(self._zygotes)  # runs given to each zygote and not ended (counted before its start)
         self._closed = False
 
     @property
@@ -297,16 +299,18 @@ class Executor:
     # --- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the zygote now (otherwise it starts on the first run)."""
-        await self._ensure_zygote()
+        """Start the zygotes now (otherwise each starts on its first run)."""
+        for index in range(len(self._zygotes)):
+            await self._ensure_zygote(index)
 
     async def aclose(self) -> None:
         """Kill the zygote and every running child; idempotent."""
         self._closed = True
-        zygote, self._zygote = self._zygote, None
-        if zygote is not None:
-            await zygote.aclose()
-        # The zygote swept every uid of ours before it exited: the block is free again.
+        zygotes, self._zygotes = self._zygotes, [None] * len(self._zygotes)
+        for zygote in zygotes:
+            if zygote is not None:
+                await zygote.aclose()
+        # The zygotes swept every uid of ours before it exited: the block is free again.
         if self._uid_block is not None:
             _claimed_uid_blocks.discard(self._uid_block)
             self._uid_block = None
@@ -324,16 +328,33 @@ class Executor:
     async def __aexit__(self, *_exc: object) -> None:
         await self.aclose()
 
-    async def _ensure_zygote(self) -> Zygote:
+    @property
+    def warm_interpreters(self) -> int:
+        """How many zygotes fork the programs (``ExecutorConfig.warm_interpreters``, or its automatic number)."""
+        return len(self._zygotes)
+
+    def _least_busy(self) -> int:
+        """The zygote for the next run: the one given the fewest runs not ended yet."""
+        load = self._load
+        return 0 if len(load) == 1 else load.index(min(load))
+
+    def running(self) -> bool:
+        """Whether a zygote is starting or a program runs (one held before its start by a gate does not count)."""
+        if any(lock is not None and lock.locked() for lock in self._locks):
+            return True
+        return any(zygote is not None and zygote.in_flight > zygote.holding for zygote in self._zygotes)
+
+    async def _ensure_zygote(self, index: int = 0) -> Zygote:
         if self._closed:
             raise RuntimeError("executor is closed")
-        zygote = self._zygote
+        zygote = self._zygotes[index]
         if zygote is not None and zygote.alive:
             return zygote
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
-            zygote = self._zygote
+        lock = self._locks[index]
+        if lock is None:
+            lock = self._locks[index] = asyncio.Lock()
+        async with lock:
+            zygote = self._zygotes[index]
             if zygote is not None and zygote.alive:
                 return zygote
             if zygote is not None:
@@ -348,19 +369,19 @@ class Executor:
             if self._closed:
                 await zygote.aclose()
                 raise RuntimeError("executor is closed")
-            self._zygote = zygote
+            self._zygotes[index] = zygote
             return zygote
 
     @property
     def private_tmp(self) -> str | None:
         """The temp root that one-shot runs see as a private tmpfs (see ``ExecutorConfig.private_tmp``), or None."""
-        zygote = self._zygote
+        zygote = self._zygotes[0]
         return zygote.private_tmp if zygote is not None and zygote.alive else None
 
     @property
     def zygote_pid(self) -> int | None:
-        """Pid of the current zygote (for tests and diagnostics)."""
-        zygote = self._zygote
+        """Pid of the first zygote (for tests and diagnostics)."""
+        zygote = self._zygotes[0]
         return zygote.pid if zygote is not None and zygote.alive else None
 
     # --- running -------------------------------------------------------------------------
@@ -507,21 +528,26 @@ class Executor:
         unconfirmed: list[Pending],
         gate: start_gate.StartGate | None,
     ) -> ExecutionResult:
-        for attempt in range(3):
-            try:
-                zygote = await self._ensure_zygote()
-            except (OSError, ZygoteLost, asyncio.TimeoutError) as exc:
-                _log.error("cannot start the zygote: %s", exc)
-                return _error_result(f"sandbox executor unavailable: {exc}")
-            try:
-                return await self._run_once(zygote, request, msg, blobs, unconfirmed, gate)
-            except ZygoteLost as exc:
-                if exc.args and exc.args[0] == "started":
-                    if msg["uid"] is not None and self._exclusive_uids:
-                        self._dirty_uids.add(msg["uid"])  # what it started may still run
-                    return _error_result("sandbox executor restarted while the program ran (or was about to)")
-                _log.warning("zygote lost before start, retrying (%d)", attempt + 1)
-        return _error_result("sandbox executor unavailable")
+        index = self._least_busy()
+        self._load[index] += 1
+        try:
+            for attempt in range(3):
+                try:
+                    zygote = await self._ensure_zygote(index)
+                except (OSError, ZygoteLost, asyncio.TimeoutError) as exc:
+                    _log.error("cannot start the zygote: %s", exc)
+                    return _error_result(f"sandbox executor unavailable: {exc}")
+                try:
+                    return await self._run_once(zygote, request, msg, blobs, unconfirmed, gate)
+                except ZygoteLost as exc:
+                    if exc.args and exc.args[0] == "started":
+                        if msg["uid"] is not None and self._exclusive_uids:
+                            self._dirty_uids.add(msg["uid"])  # what it started may still run
+                        return _error_result("sandbox executor restarted while the program ran (or was about to)")
+                    _log.warning("zygote lost before start, retrying (%d)", attempt + 1)
+            return _error_result("sandbox executor unavailable")
+        finally:
+            self._load[index] -= 1
 
     async def _run_once(
         self,

@@ -101,6 +101,11 @@ class Zygote:
         self.alive = False
         self.pid: int | None = None
 
+    @property
+    def in_flight(self) -> int:
+        """Runs spawned and not yet reported ended."""
+        return len(self._pending)
+
     async def start(self) -> None:
         """Launch the zygote and wait until it has pre-imported and is serving."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)

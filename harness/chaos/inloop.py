@@ -70,8 +70,9 @@ def emulator_busy(emulator: Emulator) -> Callable[[], bool]:
     """A busy check for ``emulator``: true while it runs a program or starts a helper process.
 
     Programs run in child processes (the executor's zygote, the Daytona interpreters); their progress is real time,
-    so the loop must not jump past their timeouts. The executor and interpreters expose no "running" count, so this
-    reads their state directly; the attribute names are checked here, once, so a refactor fails loudly.
+    so the loop must not jump past their timeouts. The executor says whether it runs anything; the emulator and the
+    interpreters expose no such state, so this reads theirs directly; the attribute names are checked here, once,
+    so a refactor fails loudly.
     """
     interpreters = emulator.daytona.interpreters
     for owner, name in ((emulator, "_executor"), (emulator, "_start_lock"), (interpreters, "_contexts")):
@@ -83,13 +84,8 @@ def emulator_busy(emulator: Emulator) -> Callable[[], bool]:
         if start_lock is not None and start_lock.locked():
             return True  # the executor is starting its zygote
         executor = emulator._executor
-        if executor is not None:
-            lock = executor._lock
-            if lock is not None and lock.locked():
-                return True  # the zygote is (re)starting
-            zygote = executor._zygote
-            if zygote is not None and len(zygote._pending) > zygote.holding:
-                return True  # programs are running (not just held, ready, until a latency is over)
+        if executor is not None and executor.running():
+            return True  # a zygote (re)starts, or programs run (not just held, ready, until a latency is over)
         contexts = interpreters._contexts
         return any(context.lock.locked() for by_id in contexts.values() for context in by_id.values())
 
