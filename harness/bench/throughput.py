@@ -139,9 +139,12 @@ def run_mode(
     python: str | None,
     temp_root: str | None = None,
     client: str = "lean",
+    warm: int | None = None,
 ) -> tuple[list[LevelResult], dict[str, int]]:
     """Measure one path at each level against its own ``serve`` process; :class:`EmulatorStartError` if it ends."""
     serve_args = [*(["--python", python] if python else []), *(["--temp-root", temp_root] if temp_root else [])]
+    if warm is not None:
+        serve_args += ["--warm-interpreters", str(warm)]
     results: list[LevelResult] = []
     with EmulatorProcess(mode, serve_args=serve_args) as emulator:
         assert emulator.pid is not None
@@ -221,7 +224,8 @@ def main(args: argparse.Namespace) -> int:
     memory: dict[str, dict[str, int]] = {}
     for mode in modes:
         try:
-            results, mem = run_mode(mode, levels, args.requests, args.python, temp_root, client)
+            warm = getattr(args, "warm_interpreters", None)
+            results, mem = run_mode(mode, levels, args.requests, args.python, temp_root, client, warm)
         except EmulatorStartError as exc:
             print(f"sandbox-emulator bench-throughput: {mode}: {exc}", file=sys.stderr)
             return 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import re
 import signal
@@ -88,6 +89,25 @@ def test_bad_python_port_and_temp_root() -> None:
     assert result.returncode == 2 and "not a writable directory" in result.stderr
     result = _run("serve", "--port", "70000")
     assert result.returncode == 2 and "between 0 and 65535" in result.stderr
+    for count in ("0", "two"):
+        for command in ("serve", "bench-throughput"):
+            result = _run(command, "--warm-interpreters", count)
+            assert result.returncode == 2 and "--warm-interpreters: must be a whole number" in result.stderr
+
+
+def test_serve_forks_from_as_many_warm_interpreters_as_asked() -> None:
+    proc = _serve("--warm-interpreters", "2")
+    try:
+        base = _base(proc)
+        code = "import os, time\nprint(os.getppid())\ntime.sleep(0.5)"
+        request = {"code": code, "language": "python"}
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(lambda _: requests.post(base + "/run_code", json=request, timeout=60), range(4)))
+        parents = {answer.json()["run_result"]["stdout"].strip() for answer in answers}
+        assert len(parents) == 2  # four at once, two on each
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def test_serve_refuses_what_it_would_ignore_or_hang_on(tmp_path: Path) -> None:
