@@ -27,6 +27,7 @@ from emulator.daytona.report import SandboxReport, sandbox_report
 from emulator.daytona.service import ROUTES as DAYTONA_ROUTES
 from emulator.daytona.service import DaytonaService
 from emulator.executor import Executor, ExecutorConfig
+from emulator.executor.zygote import ZygoteLost
 from emulator.faults import Clock, FaultEngine, FaultPlan, FaultPlanError, RealClock, load_plan, profile_names
 from emulator.fd_limit import raise_open_file_limit
 from emulator.gate import FaultGate
@@ -133,7 +134,7 @@ class Emulator:
             executor = Executor(self.config.executor)
             # Descriptors or processes out: the first run tries again, and its runner answers as the service
             # answers a failed spawn (Sandbox Fusion's SandboxError), not a traceback.
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, ZygoteLost, asyncio.TimeoutError):
                 await executor.start()
             self._executor, self._loop = executor, loop
             return executor

@@ -175,13 +175,17 @@ def _claim_block(base: int, count: int) -> tuple[int, int | None]:
             os.makedirs(_LOCK_DIR, exist_ok=True)
             fd = os.open(os.path.join(_LOCK_DIR, f"interpreter-{start}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except BlockingIOError:  # held by another process
             if fd is not None:
                 os.close(fd)
-                continue  # held by another process
+            continue
+        except OSError:  # no lock to be had (descriptors run out): no block may be claimed unlocked
+            if fd is not None:
+                os.close(fd)
+            raise
         _claimed_blocks.add(start)
         return start, fd
-    return base, None
+    raise UidsExhausted("no free uid block (interpreter_uid_base)")  # every one held by another emulator
 
 
 class UidsExhausted(RuntimeError):
@@ -242,10 +246,16 @@ def _kill_uid(uid: int) -> None:
 
 
 async def hand_over(root: str, uid: int) -> None:
-    """The home goes to the context's uid, which holds it until the context ends (see ``HOLDERS``)."""
-    pending = HOLDERS.take(root, uid, _NOGROUP)
-    if pending is not None:
-        await pending
+    """The home goes to the context's uid, which holds it until the context ends (see ``HOLDERS``).
+
+    A change that fails (descriptors or processes run out) leaves the home with its previous owner, of the same
+    sandbox or root: the code then runs without write access to it, and nothing crosses to another sandbox."""
+    try:
+        pending = HOLDERS.take(root, uid, _NOGROUP)
+        if pending is not None:
+            await pending
+    except OSError as error:
+        _log.warning("home %s not handed to uid %d: %s", root, uid, error)
 
 
 class Interpreters:
@@ -256,6 +266,8 @@ class Interpreters:
         self._uids = UidPool(settings.uid_base, settings.uid_count)
         self._handing_back: set[asyncio.Task[None]] = set()  # uids freed once the home is handed back
         self._contexts: dict[str, dict[str, Context]] = {}
+        self._kept_out: dict[int, str] = {}  # uid -> the home it served, until its processes and home are dealt with
+        self._retrying: set[int] = set()
 
     def contexts(self, sandbox_id: str) -> dict[str, Context]:
         return self._contexts.setdefault(sandbox_id, {})
@@ -312,6 +324,7 @@ class Interpreters:
     def close(self) -> None:
         for sandbox_id in list(self._contexts):
             self.drop_sandbox(sandbox_id)
+        self._retry_kept_out()  # descriptors are back now, most likely: nothing may outlive the emulator
 
     def live_processes(self) -> int:
         return sum(
@@ -334,25 +347,29 @@ class Interpreters:
     def _give_back(self, home: str, uid: int | None, ran: bool = True) -> None:
         """Kill what is left under ``uid``, hand the home back (see ``HOLDERS``), then free the uid: no other context
         can get it before the home is no longer its. ``ran``: a process was started as the uid (else there is
-        nothing to kill: its start failed)."""
+        nothing to kill: its start failed). A uid whose processes or home could not be dealt with (descriptors or
+        processes run out) is kept out of the pool, and tried again at each later give-back and at the close."""
         if uid is None:
             return
-        swept = True
+        self._retry_kept_out()
+        self._hand_back(home, uid, ran)
+
+    def _hand_back(self, home: str, uid: int, ran: bool) -> None:
         try:
             if ran:
                 self._uids.kill(uid)
         except OSError as error:  # /proc unreadable or no process left to make (descriptors, tasks exhausted)
-            swept = False
-            _log.warning("interpreter uid %d kept out of the pool: its processes could not be swept (%s)", uid, error)
+            self._keep_out(uid, home, "its processes could not be swept", error)
+            return
         try:
             asyncio.get_running_loop()
+            at_once = False
         except RuntimeError:  # a shutdown with no loop left: no thread to wait for either
-            HOLDERS.let_go(home, uid, at_once=True)
-            if swept:
-                self._uids.free(uid)
-            return
-        pending = HOLDERS.let_go(home, uid)
-        if not swept:  # what may still run as it must not meet the uid's next context
+            at_once = True
+        try:
+            pending = HOLDERS.let_go(home, uid, at_once=at_once)
+        except OSError as error:  # the home (or part of it) may still be the uid's
+            self._keep_out(uid, home, "its home could not be handed back", error)
             return
         if pending is None:
             self._uids.free(uid)
@@ -361,12 +378,34 @@ class Interpreters:
         async def free_after() -> None:
             try:
                 await pending
-            finally:
-                self._uids.free(uid)
+            except Exception as error:
+                self._keep_out(uid, home, "its home could not be handed back", error)
+                return
+            self._uids.free(uid)
 
         task = asyncio.ensure_future(free_after())
         self._handing_back.add(task)
         task.add_done_callback(self._handing_back.discard)
+
+    def _keep_out(self, uid: int, home: str, why: str, error: BaseException) -> None:
+        """A uid that might still run processes or own files of the sandbox it served is given to no other."""
+        if uid not in self._retrying:
+            _log.warning("interpreter uid %d kept out of the pool for now: %s (%s)", uid, why, error)
+        self._kept_out[uid] = home
+
+    def _retry_kept_out(self) -> None:
+        for uid, home in list(self._kept_out.items()):
+            del self._kept_out[uid]
+            self._retrying.add(uid)
+            try:
+                self._hand_back(home, uid, ran=True)  # kept out again (quietly) if it still cannot be done
+            finally:
+                self._retrying.discard(uid)
+
+    @property
+    def kept_out(self) -> list[int]:
+        """Uids held back from the pool until what they may still own is dealt with."""
+        return sorted(self._kept_out)
 
     def limits(self, uid: int | None) -> dict[str, int]:
         """The rlimits of a context's process (and of a session's shell), as the driver applies them."""

@@ -9,7 +9,6 @@ API), and annotate the journal entry with the sandbox id and labels.
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import logging
 import math
@@ -63,9 +62,6 @@ from .throttle import Throttlers, Verdict
 from .toolbox import ACCEPTED, COMMAND, CommandTimeout, SandboxGone, Toolbox, delete_path
 
 _log = logging.getLogger(__name__)
-
-#: Errors of the machine, not of the request: descriptors, memory or processes run out.
-_EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
 
 ExecutorGetter = Callable[[], Awaitable[Executor]]
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -297,14 +293,11 @@ class DaytonaService:
                 except FileNotFoundError as exc:
                     shown = _as_client_path(sandbox, exc.filename)
                     return daemon_error(404, f"file not found: {shown}", path, request.method, "FILE_NOT_FOUND"), {}
-                except OSError as exc:  # a directory where a file was meant, a permission: the caller's request
-                    reason = exc.strerror or type(exc).__name__
-                    if exc.errno in _EXHAUSTED:  # not the request's fault: the daemon's 500, in Go's words
-                        reason = reason[:1].lower() + reason[1:]
-                        said = reason if exc.filename is None else f"{_as_client_path(sandbox, exc.filename)}: {reason}"
-                        return daemon_error(500, said, path, request.method, "INTERNAL_SERVER_ERROR"), {}
-                    shown = _as_client_path(sandbox, exc.filename)
-                    return daemon_error(400, f"{reason}: {shown}", path, request.method, "BAD_REQUEST"), {}
+                except OSError as exc:  # a directory where a file was meant, a permission, descriptors run out: the
+                    # daemon's file handlers answer each with a 400 (a download's http.ServeFile, a 500)
+                    reason = exc.strerror or str(exc) or type(exc).__name__
+                    said = reason if exc.filename is None else f"{reason}: {_as_client_path(sandbox, exc.filename)}"
+                    return daemon_error(400, said, path, request.method, "BAD_REQUEST"), {}
                 except Exception as exc:  # a bug of ours: the daemon's envelope for an error it did not expect, logged
                     _log.exception("%s %s failed", request.method, path)
                     message = str(exc) or type(exc).__name__

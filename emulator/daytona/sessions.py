@@ -259,6 +259,7 @@ class SessionShells:
         session.home = home
         session.log_limit = self.log_limit
         session.directory = os.path.join(root, "run", f"session-{session.token}")
+        loose: list[int] = []  # descriptors made and not yet the session's (closed here if the start fails)
         try:
             os.makedirs(session.directory, 0o711, exist_ok=True)
             session.uid = await self._start.lease(home)
@@ -266,15 +267,17 @@ class SessionShells:
             child: list[int] = []
             for _ in range(2):
                 read, write = os.pipe2(os.O_CLOEXEC)
+                loose += (read, write)
                 os.set_blocking(read, False)
                 ends.append(read)
                 child.append(write)
             read, write = os.pipe2(os.O_CLOEXEC)
+            loose.append(read)
             child.append(read)
+            session.input_w = write
             # Our own reader of the input pipe, non-blocking without making the shell's reader so too (its own
             # open file description).
             session.input_r = os.open(f"/proc/self/fd/{read}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            session.input_w = write
             os.set_blocking(write, False)
             for index, fd in enumerate(ends):
                 session.channels.append(
@@ -284,6 +287,7 @@ class SessionShells:
                         lambda record, i=index: session.record(i, record),  # type: ignore[misc]
                     )
                 )
+                loose.remove(fd)
             try:
                 session.process = await asyncio.create_subprocess_exec(
                     self._start.python,
@@ -305,6 +309,7 @@ class SessionShells:
             finally:
                 for fd in child:
                     _close(fd)
+                    loose.remove(fd)
             assert session.process.stdin is not None
             setup = json.loads(self._start.setup(env, home))
             setup["fds"] = child
@@ -313,13 +318,14 @@ class SessionShells:
             for index, channel in enumerate(session.channels):
                 loop.add_reader(channel.fd, session.readable, index)
         except OSError as error:  # descriptors or processes run out: the daemon's 500 with Go's words
-            self._release(session)
-            raise ApiError(500, go_start_error(error, BASH)) from None
+            said = go_start_error(error, BASH)  # before anything is closed: it may look at what is left
+            self._release(session, loose)
+            raise ApiError(500, said) from None
         except UidsExhausted as exhausted:
-            self._release(session)
+            self._release(session, loose)
             raise ApiError(500, f"fork/exec {BASH}: {exhausted}") from None
         except BaseException:
-            self._release(session)
+            self._release(session, loose)
             raise
         if session.deleted:  # deleted (its sandbox stopped) while the shell started: it must not run on
             self._release(session)
@@ -412,7 +418,10 @@ class SessionShells:
         session.gone_reason = "sandbox"
         self._release(session)
 
-    def _release(self, session: Session) -> None:
+    def _release(self, session: Session, loose: list[int] | None = None) -> None:
+        """End the session's shell and free what it holds (``loose``: descriptors of a start that failed midway)."""
+        for fd in loose or ():
+            _close(fd)
         session.deleted = True
         process = session.process
         if process is not None:  # the group outlives a shell that exited while its jobs run

@@ -128,6 +128,12 @@ class WorkdirError(OSError):
         return str(self.args[0]) if self.args else ""
 
 
+def _keep_out(uid: int, error: BaseException) -> None:
+    """A uid whose work dir could not be handed back may still own another sandbox's files: it is never given to a
+    run again (one slot of the pool fewer; logged)."""
+    _log.warning("sandbox uid %d kept out of the pool: its work dir could not be handed back (%s)", uid, error)
+
+
 def _error_result(message: str) -> ExecutionResult:
     """The real server's shape for a sandbox failure before the program ran."""
     return ExecutionResult("Error", None, None, None, message)
@@ -266,7 +272,11 @@ class Executor:
             return
         held = self._held.pop(uid, None)
         if held is not None:  # before another run, of any sandbox, can get the uid
-            pending = HOLDERS.let_go(held, uid)
+            try:
+                pending = HOLDERS.let_go(held, uid)
+            except OSError as error:  # descriptors or processes run out
+                _keep_out(uid, error)
+                return
             if pending is not None:
                 task = asyncio.ensure_future(self._free_after(pending, uid))
                 self._handing_back.add(task)
@@ -277,8 +287,10 @@ class Executor:
     async def _free_after(self, handing_back: Awaitable[None], uid: int) -> None:
         try:
             await handing_back
-        finally:
-            self._free_uid(uid)
+        except Exception as error:
+            _keep_out(uid, error)
+            return
+        self._free_uid(uid)
 
     def _free_uid(self, uid: int) -> None:
         if self._uid_slots is None:

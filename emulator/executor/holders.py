@@ -109,23 +109,37 @@ class Holders:
         (in a thread of ours it would fight the event loop for the interpreter lock at each of its system calls,
         and take six times as long), never following a link, as :func:`chown_tree` at any depth."""
         busy = self._busy.setdefault(path, asyncio.Lock())
-        async with busy:
-            uid, gid = owner()  # the owner of this moment, not of when the change was asked
-            if _is_dir(path):
-                process = await asyncio.create_subprocess_exec(
-                    "chown",
-                    "-R",
-                    "-P",
-                    "-h",
-                    "--",
-                    f"{uid}:{gid}",
-                    path,
-                    stdout=asyncio.subprocess.DEVNULL,
-                    stderr=asyncio.subprocess.DEVNULL,
-                )
-                await process.wait()
-        if path not in self._by_dir and not busy.locked():
-            self._busy.pop(path, None)  # nobody holds it: nothing to keep for it
+        try:
+            async with busy:
+                await self._chown_r(path, *owner())  # the owner of this moment, not of when the change was asked
+        finally:
+            if path not in self._by_dir and not busy.locked():
+                self._busy.pop(path, None)  # nobody holds it: nothing to keep for it
+
+    @staticmethod
+    async def _chown_r(path: str, uid: int, gid: int) -> None:
+        """``chown -R``, twice at most: a name another holder removed meanwhile fails the first pass, not the
+        second. A failure raises: what the caller frees next (a uid) must not be freed while part of the tree
+        may be its."""
+        for attempt in range(2):
+            if not _is_dir(path):
+                return
+            process = await asyncio.create_subprocess_exec(
+                "chown",
+                "-R",
+                "-P",
+                "-h",
+                "--",
+                f"{uid}:{gid}",
+                path,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+            status = await process.wait()
+            if status == 0:
+                return
+            if attempt == 1:
+                raise OSError(f"chown -R of {path} to {uid}:{gid} exited {status}")
 
     def _change(self, path: str, owner: Owner) -> None:
         uid, gid = owner()

@@ -38,7 +38,7 @@ def _children_of(pid: int) -> list[int]:
 
 
 def _settled(executor: Executor, zygote: int) -> bool:
-    holder = executor._zygote
+    holder = executor._zygotes[0]
     return not _children_of(zygote) and (holder is None or not holder._pending) and executor._ready == 0
 
 

@@ -10,11 +10,13 @@ took (its uid, its home) goes back, so the emulator works again once sandboxes a
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import resource
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -198,3 +200,36 @@ def test_a_context_beyond_the_uid_pool_is_refused_with_the_reason(one_uid: Emula
         frames, code, _ = _run_code(one_uid.url, second)  # the uid came back with the first sandbox
         assert code == 1000 and _stdout(frames) == "42\n"
         client.delete(f"/api/sandbox/{second}")
+
+
+def _descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_session_that_cannot_start_leaves_no_descriptor_open(
+    server: EmulatorServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start that fails midway (here: the shell's input reader cannot be opened) closes the pipes it made."""
+    from emulator.daytona import sessions as sessions_module
+
+    real_open = os.open
+
+    def no_input_reader(path: Any, *args: Any, **kwargs: Any) -> int:
+        if str(path).startswith("/proc/self/fd/"):
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_open(path, *args, **kwargs)
+
+    with httpx.Client(base_url=server.url, headers=AUTH, timeout=60) as client:
+        sid = client.post("/api/sandbox", json={}).json()["id"]
+        assert client.post(f"/toolbox/{sid}/process/session", json={"sessionId": "warm"}).status_code == 201
+        before = _descriptors()
+        monkeypatch.setattr(sessions_module.os, "open", no_input_reader)
+        made = client.post(f"/toolbox/{sid}/process/session", json={"sessionId": "s"})
+        monkeypatch.undo()
+        assert (made.status_code, made.json()["message"]) == (500, "pipe2: too many open files")
+        deadline = time.monotonic() + 5
+        while _descriptors() != before and time.monotonic() < deadline:
+            time.sleep(0.01)  # what the server's thread closes, it closes a moment after its answer
+        assert _descriptors() == before  # before: the two pipes made so far (four descriptors) were left open
+        assert [s["sessionId"] for s in client.get(f"/toolbox/{sid}/process/session").json()] == ["warm"]
+        client.delete(f"/api/sandbox/{sid}")

@@ -139,14 +139,20 @@ def test_journal_and_decision_log_are_bounded() -> None:
     assert [r["ordinal"] for r in log.records] == [2, 3] and log.dropped == 2
 
 
-def test_an_executor_that_cannot_start_is_a_sandbox_error_then_recovers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Descriptors or processes out when the executor starts: the run answers Sandbox Fusion's ``SandboxError``
-    (HTTP 200, as the real server answers a runner that cannot spawn), not a 500, and the next run starts it."""
+@pytest.mark.parametrize("failure", ["descriptors", "lost"])
+def test_an_executor_that_cannot_start_is_a_sandbox_error_then_recovers(
+    monkeypatch: pytest.MonkeyPatch, failure: str
+) -> None:
+    """Descriptors or processes out when the executor starts (or its zygote dying before it is ready): the run
+    answers Sandbox Fusion's ``SandboxError`` (HTTP 200, as the real server answers a runner that cannot spawn), not
+    a 500, and the next run starts it."""
     from emulator.executor import zygote
 
     real_start = zygote.Zygote.start
 
     async def out_of_descriptors(self: zygote.Zygote) -> None:
+        if failure == "lost":
+            raise zygote.ZygoteLost("zygote exited before it was ready")
         raise OSError(24, "Too many open files")
 
     emulator = Emulator()
@@ -167,5 +173,5 @@ def test_an_executor_that_cannot_start_is_a_sandbox_error_then_recovers(monkeypa
     status, failed, recovered = asyncio.run(main())
     assert status == 200
     assert failed["status"] == "SandboxError"
-    assert "Too many open files" in str(failed["message"])
+    assert ("Too many open files" if failure == "descriptors" else "before it was ready") in str(failed["message"])
     assert recovered["status"] == "Success" and recovered["run_result"]["stdout"] == "42\n"  # type: ignore[index]

@@ -43,7 +43,7 @@ def fast(loop: asyncio.AbstractEventLoop, executors: dict[str, Executor]) -> Run
 
 
 def _early_count(executor: Executor) -> int:
-    zygote = executor._zygote
+    zygote = executor._zygotes[0]
     assert zygote is not None
     return zygote.exits_before_teardown
 

@@ -296,7 +296,7 @@ def test_zygote_death_is_survived(loop: asyncio.AbstractEventLoop) -> None:
 async def _until_written(executor: Executor, at_least: int, whole: bool, within: float = 10.0) -> None:
     """Wait (polling, no fixed delay) until the executor has queued ``at_least`` bytes for its zygote and, with
     ``whole``, written every one of them to the zygote's socket."""
-    zygote = executor._zygote
+    zygote = executor._zygotes[0]
     assert zygote is not None
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
@@ -320,8 +320,8 @@ def test_a_request_the_zygote_had_whole_is_never_run_again(loop: asyncio.Abstrac
         await executor.start()
         await runner.arun("print(1)")
         pid = executor.zygote_pid
-        assert pid is not None and executor._zygote is not None
-        before = executor._zygote._queued
+        assert pid is not None and executor._zygotes[0] is not None
+        before = executor._zygotes[0]._queued
         os.kill(pid, signal.SIGSTOP)  # it reads nothing more, forks nothing more
         task = asyncio.ensure_future(runner.arun(f"open({str(marker)!r}, 'a').write('ran\\n')"))
         await _until_written(executor, before + 1, whole=True)
@@ -349,12 +349,12 @@ def test_a_request_the_zygote_never_had_whole_runs_on_the_next(loop: asyncio.Abs
         await executor.start()
         await runner.arun("print(1)")
         pid = executor.zygote_pid
-        assert pid is not None and executor._zygote is not None
-        before = executor._zygote._queued
+        assert pid is not None and executor._zygotes[0] is not None
+        before = executor._zygotes[0]._queued
         os.kill(pid, signal.SIGSTOP)
         task = asyncio.ensure_future(runner.arun("import sys\nprint(len(sys.stdin.buffer.read()))", stdin=stdin))
         await _until_written(executor, before + len(stdin), whole=False)
-        assert executor._zygote._written < executor._zygote._queued
+        assert executor._zygotes[0]._written < executor._zygotes[0]._queued
         os.kill(pid, signal.SIGKILL)
         result, _ = await asyncio.wait_for(task, 60)
         return result

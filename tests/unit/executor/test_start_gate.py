@@ -197,7 +197,7 @@ def test_beyond_the_cap_a_run_waits_first_and_forks_after(loop: asyncio.Abstract
         assert zygote is not None
         for _ in range(20):  # let the second run go as far as it would (it would fork within a few iterations)
             await asyncio.sleep(0)
-        spawned = executor._zygote._pending if executor._zygote is not None else {}
+        spawned = executor._zygotes[0]._pending if executor._zygotes[0] is not None else {}
         assert len(spawned) == 1 and len(_children_of(zygote)) == 1  # only the first is forked and held
         second_released = time.monotonic()
         second_release.set()
