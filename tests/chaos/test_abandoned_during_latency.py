@@ -15,8 +15,8 @@ from typing import Any
 
 import aiohttp
 
-from emulator.app import Emulator
-from emulator.executor import Executor
+from emulator.app import Emulator, EmulatorConfig
+from emulator.executor import Executor, ExecutorConfig
 from emulator.server import EmulatorServer
 
 LATENCY = {"lognormal": {"p50": 0.05, "p99": 0.5}}
@@ -43,7 +43,8 @@ def _settled(executor: Executor, zygote: int) -> bool:
 
 
 def test_requests_abandoned_during_a_latency_leave_nothing_behind() -> None:
-    emulator = Emulator(faults=PLAN)
+    # One warm interpreter, whose children and tmpfs are looked at (more start on a machine of 16 cores or more).
+    emulator = Emulator(EmulatorConfig(executor=ExecutorConfig(warm_interpreters=1)), faults=PLAN)
     host_tmp = tempfile.gettempdir()
     before = set(os.listdir(host_tmp))
     with EmulatorServer(emulator) as server:

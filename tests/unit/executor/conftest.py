@@ -140,7 +140,7 @@ def executors(loop: asyncio.AbstractEventLoop) -> Iterator[dict[str, Executor]]:
 
     async def start() -> None:
         for mode in ("fast", "faithful"):
-            made[mode] = Executor(ExecutorConfig(python_mode=mode))
+            made[mode] = Executor(ExecutorConfig(python_mode=mode, warm_interpreters=1))
             await made[mode].start()
 
     loop.run_until_complete(start())

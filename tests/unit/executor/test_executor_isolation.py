@@ -74,7 +74,7 @@ def test_environment_is_scrubbed(monkeypatch: pytest.MonkeyPatch, loop: asyncio.
     monkeypatch.setenv("SANDBOX_EMULATOR_TEST_SECRET", "hunter2")
     code = "import os\nprint(sorted(os.environ.items()))\nprint(os.environ['HOME'] == os.getcwd())"
     for mode in ("fast", "faithful"):
-        executor = Executor(ExecutorConfig(python_mode=mode))
+        executor = Executor(ExecutorConfig(python_mode=mode, warm_interpreters=1))
         runner = Runner(loop, executor, mode)
         try:
             got = runner.run(code, extra_env={"EXTRA": "1"})
@@ -191,7 +191,7 @@ def test_memory_bomb_is_contained(runner: Runner) -> None:
 
 
 def test_address_space_cap_gives_memory_error(loop: asyncio.AbstractEventLoop) -> None:
-    executor = Executor(ExecutorConfig(max_address_space_mb=300))
+    executor = Executor(ExecutorConfig(max_address_space_mb=300, warm_interpreters=1))
     runner = Runner(loop, executor, "fast")
     try:
         got = runner.run("x = []\nwhile True:\n    x.append(bytearray(10**8))\n", timeout=5)
@@ -268,7 +268,7 @@ def test_many_concurrent_executions(runner: Runner) -> None:
 
 
 def test_zygote_death_is_survived(loop: asyncio.AbstractEventLoop) -> None:
-    executor = Executor(ExecutorConfig(python_mode="fast"))
+    executor = Executor(ExecutorConfig(python_mode="fast", warm_interpreters=1))
     runner = Runner(loop, executor, "fast")
 
     async def scenario() -> tuple[ExecutionResult, ExecutionResult, ExecutionResult]:
@@ -309,7 +309,7 @@ async def _until_written(executor: Executor, at_least: int, whole: bool, within:
 def test_a_request_the_zygote_had_whole_is_never_run_again(loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
     """At most once: a zygote that dies with a request in hand may have forked it (its ``started`` not yet read), so
     the run ends as an error instead of running again on the next zygote."""
-    executor = Executor(ExecutorConfig(python_mode="fast"))
+    executor = Executor(ExecutorConfig(python_mode="fast", warm_interpreters=1))
     runner = Runner(loop, executor, "fast")
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o777)
@@ -341,7 +341,7 @@ def test_a_request_the_zygote_had_whole_is_never_run_again(loop: asyncio.Abstrac
 
 def test_a_request_the_zygote_never_had_whole_runs_on_the_next(loop: asyncio.AbstractEventLoop) -> None:
     """A spawn request still partly in our buffer when the zygote dies was never seen by it: it is run again."""
-    executor = Executor(ExecutorConfig(python_mode="fast"))
+    executor = Executor(ExecutorConfig(python_mode="fast", warm_interpreters=1))
     runner = Runner(loop, executor, "fast")
     stdin = b"x" * (16 << 20)  # more than the socket's buffer takes from a writer whose reader is stopped
 
@@ -367,7 +367,7 @@ def test_a_request_the_zygote_never_had_whole_runs_on_the_next(loop: asyncio.Abs
 
 
 def test_aclose_kills_running_programs(loop: asyncio.AbstractEventLoop) -> None:
-    executor = Executor(ExecutorConfig(python_mode="fast"))
+    executor = Executor(ExecutorConfig(python_mode="fast", warm_interpreters=1))
     runner = Runner(loop, executor, "fast")
 
     async def scenario() -> int:
@@ -401,7 +401,7 @@ from emulator.executor import ExecutionRequest, Executor, ExecutorConfig
 
 async def main() -> None:
     for mode in ("fast", "faithful"):
-        async with Executor(ExecutorConfig(python_mode=mode)) as ex:
+        async with Executor(ExecutorConfig(python_mode=mode, warm_interpreters=1)) as ex:
             for limit in (128, 64, -1):
                 with ex.workdir() as wd:
                     script = wd.new_script()

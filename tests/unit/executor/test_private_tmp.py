@@ -94,7 +94,7 @@ def test_a_run_in_a_dir_made_by_the_server_sees_the_hosts_temp_root(runner: Runn
 
 def test_no_private_temp_root_with_an_explicit_one(tmp_path: Path) -> None:
     async def scenario() -> str | None:
-        executor = Executor(ExecutorConfig(temp_root=str(tmp_path)))
+        executor = Executor(ExecutorConfig(temp_root=str(tmp_path), warm_interpreters=1))
         await executor.start()
         try:
             result, path = await _one_shot(executor, _LIST_TMP)
@@ -140,7 +140,7 @@ def test_no_private_temp_root_when_the_runtime_python_lives_under_it(
 
 def test_private_tmp_can_be_turned_off(host_marker: str) -> None:
     async def scenario() -> tuple[str | None, ExecutionResult]:
-        executor = Executor(ExecutorConfig(private_tmp=False))
+        executor = Executor(ExecutorConfig(private_tmp=False, warm_interpreters=1))
         await executor.start()
         try:
             result, _ = await _one_shot(executor, _LIST_TMP)
@@ -187,7 +187,7 @@ def test_leftovers_stay_for_later_runs_until_stale_and_live_dirs_stay(host_marke
     name = f"left-{uuid.uuid4().hex}.txt"
 
     async def scenario() -> None:
-        executor = Executor(ExecutorConfig(private_tmp_max_age=0.5))
+        executor = Executor(ExecutorConfig(private_tmp_max_age=0.5, warm_interpreters=1))
         await executor.start()
         try:
             wrote, _ = await _one_shot(executor, f"open('/tmp/{name}', 'w').write('kept')\n")

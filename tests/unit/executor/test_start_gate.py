@@ -178,7 +178,7 @@ def test_after_a_timed_wait_the_program_has_the_usual_timer_slack_and_its_own_ra
 
 def test_beyond_the_cap_a_run_waits_first_and_forks_after(loop: asyncio.AbstractEventLoop) -> None:
     """With ``ready_in_latency=1`` a second gated run does not fork during its wait; it still starts after it."""
-    executor = Executor(ExecutorConfig(python_mode="fast", ready_in_latency=1))
+    executor = Executor(ExecutorConfig(python_mode="fast", ready_in_latency=1, warm_interpreters=1))
     runner = Runner(loop, executor, "fast")
 
     async def gated(release: asyncio.Event) -> ExecutionResult:
@@ -218,7 +218,7 @@ def test_beyond_the_cap_a_run_waits_first_and_forks_after(loop: asyncio.Abstract
 def test_a_zygote_lost_while_its_child_waits_is_an_error_at_once(loop: asyncio.AbstractEventLoop) -> None:
     """The warm interpreter dies while a ready child sleeps towards a deadline a minute away: the run is an Error
     at once (not a minute later), the child dies with it, and the next run gets a fresh warm interpreter."""
-    executor = Executor(ExecutorConfig(python_mode="fast"))
+    executor = Executor(ExecutorConfig(python_mode="fast", warm_interpreters=1))
     runner = Runner(loop, executor, "fast")
 
     async def scenario() -> tuple[ExecutionResult, int, ExecutionResult]:
