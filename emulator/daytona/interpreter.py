@@ -119,8 +119,10 @@ class InterpreterSettings:
 @dataclass
 class ExecutionOutcome:
     error: dict[str, str] | None
-    stdout: str = ""
-    stderr: str = ""
+    #: What the code wrote, in the pieces it came in (joined on demand: a noisy run's output is not copied again
+    #: at each piece).
+    stdout_parts: list[str] = field(default_factory=list)
+    stderr_parts: list[str] = field(default_factory=list)
     #: The code never ran: its client left before its start (see ``Interpreters.run``'s ``abandoned``).
     cancelled: bool = False
     #: The code ended in ``KeyboardInterrupt`` (its own, or the SIGINT of a timeout): the daemon's ``interrupted``.
@@ -131,6 +133,14 @@ class ExecutionOutcome:
     #: answer, so that they leave together (sent one turn of the event loop earlier, the frame woke the client,
     #: which then took the CPU from the server before the end of the answer was written: 0.3 ms at concurrency 1).
     unsent: list[Frame] = field(default_factory=list)
+
+    @property
+    def stdout(self) -> str:
+        return "".join(self.stdout_parts)
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.stderr_parts)
 
 
 @dataclass
@@ -546,7 +556,8 @@ class Interpreters:
                         outcome.exited = True
                         outcome.unsent.extend(held)
                         held.clear()
-                        self._stop(context)
+                        if context.process is process:  # not a later one (this reader outlived its run)
+                            self._stop(context)
                         return
                     if deaf:
                         continue  # until the timeout kills the process, as the daemon's would be
@@ -558,10 +569,7 @@ class Interpreters:
                         text = as_go_decodes(message.get("text"))
                         if not isinstance(text, str):
                             continue
-                        if kind == "stdout":
-                            outcome.stdout += text
-                        else:
-                            outcome.stderr += text
+                        (outcome.stdout_parts if kind == "stdout" else outcome.stderr_parts).append(text)
                         await send_held()
                         held.append({"type": kind, "text": text})
                     elif message.get("overflow") is True:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.websockets import WebSocket
 
@@ -26,6 +27,9 @@ from .interpreter_request import CLOSE_POLICY_VIOLATION
 CAPACITY = 1024
 #: Seconds the daemon waits for the writer to send what is queued before it closes a client's connection.
 CLOSE_WAIT_S = 5.0
+#: Unsent bytes in a connection's transport from which a write waits for the client (asyncio's and uvloop's high
+#: water mark: the WebSocket protocol is paused from there).
+STALLED_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -48,10 +52,23 @@ def _output_message(frame: dict[str, str]) -> str:
 
 
 class ClientChannel:
-    """The frames of one execution on their way to its client, as the daemon's ``wsClient`` sends them."""
+    """The frames of one execution on their way to its client, as the daemon's ``wsClient`` sends them.
 
-    def __init__(self, websocket: WebSocket, capacity: int = CAPACITY, close_wait: float = CLOSE_WAIT_S) -> None:
+    A client counts as slow only when its connection's buffers are full (the transport holds more than
+    :data:`STALLED_BYTES` unsent): a queue that fills while the writer merely waits for its turn of the event loop
+    is not the client's doing. Under an in-process ASGI transport, with no connection, no client is slow.
+    """
+
+    def __init__(
+        self,
+        websocket: WebSocket,
+        capacity: int = CAPACITY,
+        close_wait: float = CLOSE_WAIT_S,
+        transport: Any = None,
+    ) -> None:
         self._websocket = websocket
+        #: The connection's transport (``get_write_buffer_size``, ``abort``); by default the upgraded one's.
+        self._transport = transport if transport is not None else websocket_transport()
         self._queue: asyncio.Queue[str | _Close] = asyncio.Queue(capacity)
         self._close_wait = close_wait
         self._shut = False  # no more frames taken
@@ -59,9 +76,16 @@ class ClientChannel:
         self.slow = False
         #: The client left (a write failed).
         self.gone = False
+        #: The connection was closed with frames still unsent (the five seconds ran out).
+        self.cut = False
         self._closed_cleanly = False
         self._busy = False  # the writer is in a write
         self._writer = asyncio.ensure_future(self._write())
+
+    def _stalled(self) -> bool:
+        """Whether the client's connection is full: a write now would wait for the client to read."""
+        transport = self._transport
+        return transport is not None and transport.get_write_buffer_size() >= STALLED_BYTES
 
     async def _write(self) -> None:
         while not (self._shut and self._queue.empty()):
@@ -86,60 +110,69 @@ class ClientChannel:
             return False
         return True
 
+    async def _put(self, item: str | _Close) -> bool:
+        """Queue ``item``; False when the queue is full while the client's connection is (the daemon's full
+        channel). A queue full only because the writer has not had its turn waits for that turn."""
+        while True:
+            try:
+                self._queue.put_nowait(item)
+                return True
+            except asyncio.QueueFull:
+                if self.gone or self._stalled() or self._writer.done():
+                    return False
+                await asyncio.sleep(0)
+
     async def send(self, frame: dict[str, str]) -> None:
         """Queue a frame (the daemon's ``emitOutput``); a full queue drops the client, which this waits out."""
-        message = _output_message(frame)
-        while not (self._shut or self.gone):
-            try:
-                self._queue.put_nowait(message)
-                return
-            except asyncio.QueueFull:
-                if not self._busy:  # the writer has not had its turn yet (the daemon's runs beside the reader)
-                    await asyncio.sleep(0)
-                    continue
-            self.slow = True  # full while a write waits on the client
+        if self._shut or self.gone:
+            return
+        if not await self._put(_output_message(frame)) and not self.gone:
+            self.slow = True
             await self._finish(with_close_frame=False)  # the 1008 does not fit in the full channel either
 
     async def close(self, code: int, reason: str = "") -> None:
         """Queue the close frame (the daemon's ``requestClose``, which leaves it out when the channel is full), then
-        let the writer send what is queued, up to the daemon's five seconds."""
+        let what is queued leave, for the daemon's five seconds at most."""
         if self._shut:
             return
-        while True:
-            try:
-                self._queue.put_nowait(_Close(code, reason))
-                fitted = True
-            except asyncio.QueueFull:
-                if not (self._busy or self.gone):  # the writer has not had its turn yet
-                    await asyncio.sleep(0)
-                    continue
-                fitted = False
-            break
-        await self._finish(with_close_frame=fitted)
+        await self._finish(with_close_frame=await self._put(_Close(code, reason)))
+
+    def abandon(self) -> None:
+        """Stop the writer (the execution ended in an error of ours, or the server is stopping)."""
+        self._shut = True
+        if not self._writer.done():
+            self._writer.cancel()
 
     async def _finish(self, with_close_frame: bool) -> None:
         self._shut = True
-        if not self._busy and not self._writer.done():
-            # The writer waits for the queue (a frame put there is still in it until the writer runs): what is
-            # queued leaves from here, in this turn of the loop, as one write with the end.
-            self._writer.cancel()
-            while not self._queue.empty() and await self._deliver(self._queue.get_nowait()):
-                pass
-        else:  # a write in progress: the client is slow, or gone
-            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(self._writer), self._close_wait)
-            if not self._writer.done():
+        try:
+            if not self._busy and not self._writer.done():
+                # The writer waits for the queue (a frame put there stays in it until the writer runs): what is
+                # queued leaves from here, in this turn of the loop, as one write with the end, as long as the
+                # connection takes it at once; the rest, if any, through the writer and its time limit.
                 self._writer.cancel()
+                while not self._queue.empty() and not self._stalled():
+                    if not await self._deliver(self._queue.get_nowait()):
+                        break
+                if not self._queue.empty() and not (self.gone or self._closed_cleanly):
+                    self._writer = asyncio.ensure_future(self._write())
+            if not self._writer.done():
+                await asyncio.wait({self._writer}, timeout=self._close_wait)  # neither raises nor cancels it
+        finally:
+            if not self._writer.done():  # the time ran out (or our caller was cancelled): what is queued is dropped
+                self._writer.cancel()
+                self.cut = not self.gone
         if with_close_frame and self._closed_cleanly:
             return
         if self.gone:
             return
-        transport = websocket_transport()
-        if transport is not None:
-            transport.close()  # what was written leaves, then the connection ends with no close frame
+        if self._transport is not None:
+            # The connection ends with what the kernel already holds (a close frame never comes): the daemon's
+            # conn.Close(). What our transport still buffers is dropped, so a client that never reads holds nothing.
+            self._transport.abort()
         elif self.slow:  # no socket to drop (an in-process client): the close frame the daemon meant to send
             with contextlib.suppress(Exception):
                 await self._websocket.close(CLOSE_POLICY_VIOLATION, "slow consumer")
 
 
-__all__ = ["CAPACITY", "CLOSE_WAIT_S", "ClientChannel"]
+__all__ = ["CAPACITY", "CLOSE_WAIT_S", "STALLED_BYTES", "ClientChannel"]

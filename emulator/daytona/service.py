@@ -713,6 +713,21 @@ class DaytonaService:
         config = self.config
         client = ClientChannel(websocket, config.interpreter_client_frames, config.interpreter_slow_client_wait)
         try:
+            return await self._answer_run(client, context, code, envs, timeout, start_at, abandoned)
+        finally:
+            client.abandon()  # a writer left by an error of ours, or by a server that stops, must not linger
+
+    async def _answer_run(
+        self,
+        client: ClientChannel,
+        context: Context,
+        code: str,
+        envs: dict[str, str],
+        timeout: float,
+        start_at: float | None,
+        abandoned: Callable[[], Awaitable[bool]] | None,
+    ) -> str:
+        try:
             outcome = await self.interpreters.run(context, code, envs, timeout, client.send, start_at, abandoned)
         except WorkerStartError as failed:
             await client.close(*_start_failure_close(context.id, failed))
@@ -746,11 +761,12 @@ class DaytonaService:
 
 def _left(client: ClientChannel, outcome: str) -> str:
     """The journal's outcome of an execution whose client may have gone (it left: cancelled) or been dropped (a
-    slow consumer: an error, noted in the entry)."""
-    if client.slow:
+    slow consumer, or a connection closed with frames still queued after the five seconds: an error, noted in the
+    entry)."""
+    if client.slow or client.cut:
         entry = current_entry()
         if entry is not None:
-            entry.detail["closed"] = "slow consumer"
+            entry.detail["closed"] = "slow consumer" if client.slow else "frames left unsent"
         return "error"
     return "cancelled" if client.gone else outcome
 

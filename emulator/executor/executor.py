@@ -192,8 +192,7 @@ class Executor:
         self._nest: str | None = None
         runtime_bin = os.path.dirname(os.path.abspath(self.config.python))
         self._path_env = f"{runtime_bin}:{_SYSTEM_PATH}"
-        warm = self.config.warm_interpreters
-        self._zygotes: list[Zygote | None] = [None] * (warm if warm is not None else max(1, _CORES // 8))
+        self._zygotes: list[Zygote | None] = [None] * self.config.warm_interpreters
         self._locks: list[asyncio.Lock | None] = [None] * len(self._zygotes)
         self._load = [0] * len(self._zygotes)  # runs given to each zygote and not ended (counted before its start)
         self._closed = False
@@ -319,9 +318,7 @@ class Executor:
         """Kill the zygote and every running child; idempotent."""
         self._closed = True
         zygotes, self._zygotes = self._zygotes, [None] * len(self._zygotes)
-        for zygote in zygotes:
-            if zygote is not None:
-                await zygote.aclose()
+        await asyncio.gather(*(zygote.aclose() for zygote in zygotes if zygote is not None))
         # The zygotes swept every uid of ours before it exited: the block is free again.
         if self._uid_block is not None:
             _claimed_uid_blocks.discard(self._uid_block)
@@ -342,13 +339,21 @@ class Executor:
 
     @property
     def warm_interpreters(self) -> int:
-        """How many zygotes fork the programs (``ExecutorConfig.warm_interpreters``, or its automatic number)."""
+        """How many zygotes fork the programs (``ExecutorConfig.warm_interpreters``)."""
         return len(self._zygotes)
 
     def _least_busy(self) -> int:
         """The zygote for the next run: the one given the fewest runs not ended yet."""
         load = self._load
         return 0 if len(load) == 1 else load.index(min(load))
+
+    def _live_other(self, index: int) -> Zygote | None:
+        """A started zygote other than ``index``'s, the least busy of them (for a run whose own cannot start)."""
+        live = [(self._load[i], i) for i, z in enumerate(self._zygotes) if i != index and z is not None and z.alive]
+        if not live:
+            return None
+        zygote = self._zygotes[min(live)[1]]
+        return zygote
 
     def running(self) -> bool:
         """Whether a zygote is starting or a program runs (one held before its start by a gate does not count)."""
@@ -548,7 +553,10 @@ class Executor:
                     zygote = await self._ensure_zygote(index)
                 except (OSError, ZygoteLost, asyncio.TimeoutError) as exc:
                     _log.error("cannot start the zygote: %s", exc)
-                    return _error_result(f"sandbox executor unavailable: {exc}")
+                    other = self._live_other(index)
+                    if other is None:
+                        return _error_result(f"sandbox executor unavailable: {exc}")
+                    zygote = other  # one that cannot start sends its runs to one that runs (its load stays)
                 try:
                     return await self._run_once(zygote, request, msg, blobs, unconfirmed, gate)
                 except ZygoteLost as exc:

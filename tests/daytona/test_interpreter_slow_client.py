@@ -88,7 +88,7 @@ def _send_text(sock: socket.socket, text: str) -> None:
 
 
 def _read_to_end(sock: socket.socket) -> tuple[list[dict[str, str]], bytes | None]:
-    """Every text frame until the connection ends, and the close frame's payload (None: there was none)."""
+    """Every whole text frame until the connection ends, and the close frame's payload (None: there was none)."""
     data = b""
     while chunk := sock.recv(1 << 16):
         data += chunk
@@ -101,6 +101,8 @@ def _read_to_end(sock: socket.socket) -> tuple[list[dict[str, str]], bytes | Non
             size, at = struct.unpack("!H", data[at : at + 2])[0], at + 2
         elif size == 127:
             size, at = struct.unpack("!Q", data[at : at + 8])[0], at + 8
+        if at + size > len(data):
+            break  # cut in the middle of a frame: the connection ended under it, as the daemon's Close does
         payload, at = data[at : at + size], at + size
         if opcode == 1:
             frames.append(json.loads(payload))

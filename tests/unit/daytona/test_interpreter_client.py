@@ -4,6 +4,7 @@ writes block is dropped once its queue is full, and the end leaves with what is 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -28,6 +29,20 @@ class FakeSocket:
         self.closed = (code, reason)
 
 
+class FakeTransport:
+    """The connection under the socket: full (a write would wait for the client) while the socket is blocked."""
+
+    def __init__(self, socket: FakeSocket) -> None:
+        self.socket = socket
+        self.aborted = False
+
+    def get_write_buffer_size(self) -> int:
+        return 0 if self.socket.release.is_set() else 1 << 20
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
 def _frame(n: int) -> dict[str, str]:
     return {"type": "stdout", "text": f"{n}\n"}
 
@@ -35,7 +50,7 @@ def _frame(n: int) -> dict[str, str]:
 def test_a_burst_larger_than_the_queue_reaches_a_client_that_keeps_up() -> None:
     async def main() -> tuple[FakeSocket, ClientChannel]:
         socket = FakeSocket()
-        channel = ClientChannel(socket, capacity=4, close_wait=1.0)  # type: ignore[arg-type]
+        channel = ClientChannel(socket, capacity=4, close_wait=1.0, transport=FakeTransport(socket))  # type: ignore[arg-type]
         for n in range(100):  # no pause between them: the writer gets its turns when the queue is full
             await channel.send(_frame(n))
         await channel.close(1000)
@@ -48,23 +63,67 @@ def test_a_burst_larger_than_the_queue_reaches_a_client_that_keeps_up() -> None:
 
 
 def test_a_client_whose_writes_block_is_dropped_once_its_queue_is_full() -> None:
-    async def main() -> tuple[FakeSocket, ClientChannel, float]:
+    async def main() -> tuple[FakeSocket, FakeTransport, ClientChannel, float]:
         socket = FakeSocket(blocked=True)
-        channel = ClientChannel(socket, capacity=4, close_wait=0.2)  # type: ignore[arg-type]
+        transport = FakeTransport(socket)
+        channel = ClientChannel(socket, capacity=4, close_wait=0.2, transport=transport)  # type: ignore[arg-type]
         loop = asyncio.get_running_loop()
         started = loop.time()
         for n in range(50):
             await channel.send(_frame(n))
         waited = loop.time() - started
         await channel.close(1000)  # the end of the code: nobody is told any more
-        return socket, channel, waited
+        return socket, transport, channel, waited
 
-    socket, channel, waited = asyncio.run(main())
+    socket, transport, channel, waited = asyncio.run(main())
     assert channel.slow
     assert waited >= 0.2  # the send that found the queue full waited out the grace, as the daemon's reader does
     assert socket.sent == []  # the one write in progress never finished
-    # No socket to drop under a fake: the close frame the daemon meant to send.
-    assert socket.closed == (1008, "slow consumer")
+    assert socket.closed is None and transport.aborted  # the connection dropped, no close frame
+
+
+def test_with_no_connection_to_judge_by_no_client_is_slow() -> None:
+    """An in-process client (no transport) whose writes take a turn each: queued frames wait for their turn."""
+
+    class YieldingSocket(FakeSocket):
+        async def send_text(self, text: str) -> None:
+            await asyncio.sleep(0)
+            self.sent.append(json.loads(text))
+
+    async def main() -> tuple[FakeSocket, ClientChannel]:
+        socket = YieldingSocket()
+        channel = ClientChannel(socket, capacity=4, close_wait=1.0)  # type: ignore[arg-type]
+        for n in range(300):
+            await channel.send(_frame(n))
+        await channel.close(1000)
+        return socket, channel
+
+    socket, channel = asyncio.run(main())
+    assert not channel.slow and len(socket.sent) == 300 and socket.closed == (1000, "")
+
+
+def test_a_writer_cancelled_with_its_caller_is_not_left_behind() -> None:
+    """A caller cancelled during the five seconds (its run's timeout) is cancelled, and the writer with it."""
+
+    async def main() -> ClientChannel:
+        socket = FakeSocket(blocked=True)
+        channel = ClientChannel(socket, capacity=2, close_wait=30.0, transport=FakeTransport(socket))  # type: ignore[arg-type]
+
+        async def flood() -> None:
+            for n in range(10):
+                await channel.send(_frame(n))
+
+        task = asyncio.ensure_future(flood())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert task.cancelled()  # before: the cancel was swallowed, and the reader went on
+        await asyncio.sleep(0)
+        return channel
+
+    channel = asyncio.run(main())
+    assert channel._writer.done()
 
 
 def test_the_end_leaves_with_what_is_queued() -> None:
