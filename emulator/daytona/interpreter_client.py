@@ -146,10 +146,11 @@ class ClientChannel:
     async def _finish(self, with_close_frame: bool) -> None:
         self._shut = True
         try:
-            if not self._busy and not self._writer.done():
+            if not self._busy and not self._writer.done() and self._transport is not None:
                 # The writer waits for the queue (a frame put there stays in it until the writer runs): what is
                 # queued leaves from here, in this turn of the loop, as one write with the end, as long as the
-                # connection takes it at once; the rest, if any, through the writer and its time limit.
+                # connection takes it at once; the rest, if any, through the writer and its time limit. (With no
+                # connection to ask, everything goes through the writer.)
                 self._writer.cancel()
                 while not self._queue.empty() and not self._stalled():
                     if not await self._deliver(self._queue.get_nowait()):
