@@ -128,12 +128,6 @@ class WorkdirError(OSError):
         return str(self.args[0]) if self.args else ""
 
 
-def _keep_out(uid: int, error: BaseException) -> None:
-    """A uid whose work dir could not be handed back may still own another sandbox's files: it is never given to a
-    run again (one slot of the pool fewer; logged)."""
-    _log.warning("sandbox uid %d kept out of the pool: its work dir could not be handed back (%s)", uid, error)
-
-
 def _error_result(message: str) -> ExecutionResult:
     """The real server's shape for a sandbox failure before the program ran."""
     return ExecutionResult("Error", None, None, None, message)
@@ -188,6 +182,7 @@ class Executor:
         self._uid_slots: asyncio.Semaphore | None = None
         self._workdirs: set[str] = set()
         self._held: dict[int, str] = {}  # uid -> the work dir its run holds (handed back at the uid's release)
+        self._kept_out: dict[int, str] = {}  # uid -> the work dir it could not hand back yet
         self._handing_back: set[asyncio.Task[None]] = set()  # uids freed once their work dir is handed back
         self._nest: str | None = None
         runtime_bin = os.path.dirname(os.path.abspath(self.config.python))
@@ -269,27 +264,44 @@ class Executor:
     def _release_uid(self, uid: int | None) -> None:
         if uid is None or not self._exclusive_uids:
             return
+        for kept, kept_dir in list(self._kept_out.items()):  # what could not be handed back before may be now
+            del self._kept_out[kept]
+            self._hand_back(kept, kept_dir, quiet=True)
         held = self._held.pop(uid, None)
-        if held is not None:  # before another run, of any sandbox, can get the uid
-            try:
-                pending = HOLDERS.let_go(held, uid)
-            except OSError as error:  # descriptors or processes run out
-                _keep_out(uid, error)
-                return
-            if pending is not None:
-                task = asyncio.ensure_future(self._free_after(pending, uid))
-                self._handing_back.add(task)
-                task.add_done_callback(self._handing_back.discard)
-                return
-        self._free_uid(uid)
+        if held is None:
+            self._free_uid(uid)
+            return
+        self._hand_back(uid, held)
 
-    async def _free_after(self, handing_back: Awaitable[None], uid: int) -> None:
+    def _hand_back(self, uid: int, held: str, quiet: bool = False) -> None:
+        """Hand ``held`` back before another run, of any sandbox, can get ``uid``; then free the uid."""
+        try:
+            pending = HOLDERS.let_go(held, uid)
+        except OSError as error:  # descriptors or processes run out
+            self._keep_out(uid, held, error, quiet)
+            return
+        if pending is None:
+            self._free_uid(uid)
+            return
+        task = asyncio.ensure_future(self._free_after(pending, uid, held))
+        self._handing_back.add(task)
+        task.add_done_callback(self._handing_back.discard)
+
+    async def _free_after(self, handing_back: Awaitable[None], uid: int, held: str) -> None:
         try:
             await handing_back
         except Exception as error:
-            _keep_out(uid, error)
+            self._keep_out(uid, held, error)
             return
         self._free_uid(uid)
+
+    def _keep_out(self, uid: int, held: str, error: BaseException, quiet: bool = False) -> None:
+        """A uid whose work dir could not be handed back may still own another sandbox's files: it is given to no
+        run until the hand-back succeeds (tried again at each later release; logged once)."""
+        if not quiet:
+            why = "its work dir could not be handed back"
+            _log.warning("sandbox uid %d kept out of the pool for now: %s (%s)", uid, why, error)
+        self._kept_out[uid] = held
 
     def _free_uid(self, uid: int) -> None:
         if self._uid_slots is None:

@@ -134,6 +134,9 @@ def test_an_executor_uid_whose_work_dir_cannot_be_handed_back_stays_out(
                 patched.setattr(HOLDERS, "let_go", _out_of_descriptors)
                 executor._release_uid(uid)  # before: the error escaped, and the pool's slot was never given back
             assert uid not in executor._free_uids
+            other = await executor._acquire_uid()
+            executor._release_uid(other)  # a later release tries again: the work dir goes back, the uid with it
+            assert uid in executor._free_uids and other in executor._free_uids
         finally:
             await executor.aclose()
 
