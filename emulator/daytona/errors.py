@@ -77,3 +77,8 @@ class ApiError(Exception):
         self.status = status
         self.message = message
         self.code = code
+
+
+class StartFailed(ApiError):
+    """A program could not be started at all (descriptors or processes run out): a 500, except where the daemon
+    answers its ``cmd.Start`` error otherwise (``/process/execute``: 200 with exit code -1)."""

@@ -17,7 +17,7 @@ from typing import Any
 from emulator.executor import ExecutionRequest, ExecutionResult, Executor
 from emulator.executor.trees import remove_tree
 
-from .errors import ApiError
+from .errors import ApiError, StartFailed
 from .files import is_dir, not_a_dir_reason, resolve
 from .go_fields import envs_field, string_field, type_error, uint32_field
 from .sandboxes import Sandbox
@@ -128,7 +128,7 @@ class Toolbox:
         if result.status == "TimeLimitExceeded":
             raise CommandTimeout
         if result.status == "Error":
-            raise ApiError(500, result.stderr or "execution failed")
+            raise StartFailed(500, result.stderr or "execution failed")
         return result
 
     # ------------------------------------------------------------------ process
@@ -144,7 +144,10 @@ class Toolbox:
             raise ApiError(400, "command cannot be empty or whitespace-only")
         if cwd and not is_dir(resolve(sandbox, cwd)):
             return {"exitCode": -1, "result": _start_error(resolve(sandbox, cwd))}
-        result = await self.shell(sandbox, command, cwd or None, self._envs(sandbox, envs), self._timeout(seconds))
+        try:
+            result = await self.shell(sandbox, command, cwd or None, self._envs(sandbox, envs), self._timeout(seconds))
+        except StartFailed as failed:  # the daemon's cmd.Start error (descriptors or processes run out): 200, -1
+            return {"exitCode": -1, "result": failed.message}
         return {"exitCode": result.return_code if result.return_code is not None else -1, "result": _combined(result)}
 
     async def code_run(self, sandbox: Sandbox, body: dict[str, Any], python: str) -> dict[str, Any]:

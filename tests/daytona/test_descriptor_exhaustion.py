@@ -233,3 +233,24 @@ def test_a_session_that_cannot_start_leaves_no_descriptor_open(
         assert _descriptors() == before  # before: the two pipes made so far (four descriptors) were left open
         assert [s["sessionId"] for s in client.get(f"/toolbox/{sid}/process/session").json()] == ["warm"]
         client.delete(f"/api/sandbox/{sid}")
+
+
+def test_an_execute_that_cannot_start_is_the_daemons_exit_code_minus_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon answers its ``cmd.Start`` error with HTTP 200, ``exitCode: -1`` and the error as the result."""
+    from emulator.executor import zygote
+
+    real_start = zygote.Zygote.start
+
+    async def cannot_start(self: zygote.Zygote) -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(zygote.Zygote, "start", cannot_start)
+    with make_server(EmulatedDaytona()) as server, httpx.Client(base_url=server.url, headers=AUTH, timeout=60) as c:
+        client = c
+        sid = client.post("/api/sandbox", json={}).json()["id"]
+        failed = client.post(f"/toolbox/{sid}/process/execute", json={"command": "echo hi"})
+        assert failed.status_code == 200  # before: a 500
+        assert failed.json()["exitCode"] == -1 and "Too many open files" in failed.json()["result"]
+        monkeypatch.setattr(zygote.Zygote, "start", real_start)
+        ran = client.post(f"/toolbox/{sid}/process/execute", json={"command": "echo hi"})
+        assert ran.json() == {"exitCode": 0, "result": "hi\n"}
