@@ -364,7 +364,7 @@ class Interpreters:
         self._retry_kept_out()
         self._hand_back(home, uid, ran)
 
-    def _hand_back(self, home: str, uid: int, ran: bool) -> None:
+    def _hand_back(self, home: str, uid: int, ran: bool, again: bool = False) -> None:
         try:
             if ran:
                 self._uids.kill(uid)
@@ -377,7 +377,7 @@ class Interpreters:
         except RuntimeError:  # a shutdown with no loop left: no thread to wait for either
             at_once = True
         try:
-            pending = HOLDERS.let_go(home, uid, at_once=at_once)
+            pending = HOLDERS.let_go(home, uid, at_once=at_once, again=again)
         except OSError as error:  # the home (or part of it) may still be the uid's
             self._keep_out(uid, home, "its home could not be handed back", error)
             return
@@ -408,7 +408,7 @@ class Interpreters:
             del self._kept_out[uid]
             self._retrying.add(uid)
             try:
-                self._hand_back(home, uid, ran=True)  # kept out again (quietly) if it still cannot be done
+                self._hand_back(home, uid, ran=True, again=True)  # kept out again (quietly) if need be
             finally:
                 self._retrying.discard(uid)
 
@@ -431,6 +431,7 @@ class Interpreters:
     async def lease(self, home: str) -> int | None:
         """A uid of the pool for another long-lived process of a sandbox (a session's shell), the home handed to
         it until :meth:`release`; None when the emulator does not change uids."""
+        self._retry_kept_out()
         uid = self._uids.take()
         if uid is not None:
             try:
@@ -447,6 +448,7 @@ class Interpreters:
 
     async def _start(self, context: Context) -> None:
         settings = self.settings
+        self._retry_kept_out()  # no give-back may come to do it: every uid could be a kept-out one
         try:
             uid = self._uids.take()
         except UidsExhausted as exhausted:

@@ -27,9 +27,12 @@ from .interpreter_request import CLOSE_POLICY_VIOLATION
 CAPACITY = 1024
 #: Seconds the daemon waits for the writer to send what is queued before it closes a client's connection.
 CLOSE_WAIT_S = 5.0
-#: Unsent bytes in a connection's transport from which a write waits for the client (asyncio's and uvloop's high
-#: water mark: the WebSocket protocol is paused from there).
-STALLED_BYTES = 64 * 1024
+#: Unsent bytes in a connection's transport up to which a write goes through at once: asyncio's and uvloop's low water
+#: mark. Their transports pause the WebSocket protocol above 64 KiB unsent and resume it only at 16 KiB or less, so
+#: a writer waiting in a write with more than this unsent waits for the client.
+STALLED_BYTES = 16 * 1024
+#: Seconds between two looks at a full queue whose writer is in a write (until it is stalled or takes an item).
+_RECHECK_S = 0.01
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ def _output_message(frame: dict[str, str]) -> str:
 class ClientChannel:
     """The frames of one execution on their way to its client, as the daemon's ``wsClient`` sends them.
 
-    A client counts as slow only when its connection's buffers are full (the transport holds more than
+    A client counts as slow only when the writer waits in a write for its connection (the transport holds more than
     :data:`STALLED_BYTES` unsent): a queue that fills while the writer merely waits for its turn of the event loop
     is not the client's doing. Under an in-process ASGI transport, with no connection, no client is slow.
     """
@@ -80,16 +83,21 @@ class ClientChannel:
         self.cut = False
         self._closed_cleanly = False
         self._busy = False  # the writer is in a write
+        self._took = asyncio.Event()  # set by the writer each time it takes an item
         self._writer = asyncio.ensure_future(self._write())
 
-    def _stalled(self) -> bool:
-        """Whether the client's connection is full: a write now would wait for the client to read."""
+    def _unsent(self) -> int:
         transport = self._transport
-        return transport is not None and transport.get_write_buffer_size() >= STALLED_BYTES
+        return 0 if transport is None else int(transport.get_write_buffer_size())
+
+    def _stalled(self) -> bool:
+        """Whether the writer waits in a write for the client's connection to take more."""
+        return self._busy and self._unsent() > STALLED_BYTES
 
     async def _write(self) -> None:
         while not (self._shut and self._queue.empty()):
             item = await self._queue.get()
+            self._took.set()
             self._busy = True
             try:
                 if not await self._deliver(item):
@@ -120,7 +128,14 @@ class ClientChannel:
             except asyncio.QueueFull:
                 if self.gone or self._stalled() or self._writer.done():
                     return False
-                await asyncio.sleep(0)
+                # The writer has not had its turn, or is in a write the connection is about to take: the queue
+                # gets room when it takes the next item (or the connection turns out to be stalled after all).
+                self._took.clear()
+                took = asyncio.ensure_future(self._took.wait())
+                try:
+                    await asyncio.wait({took, self._writer}, timeout=_RECHECK_S, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    took.cancel()
 
     async def send(self, frame: dict[str, str]) -> None:
         """Queue a frame (the daemon's ``emitOutput``); a full queue drops the client, which this waits out."""
@@ -152,7 +167,7 @@ class ClientChannel:
                 # connection takes it at once; the rest, if any, through the writer and its time limit. (With no
                 # connection to ask, everything goes through the writer.)
                 self._writer.cancel()
-                while not self._queue.empty() and not self._stalled():
+                while not self._queue.empty() and self._unsent() <= STALLED_BYTES:  # a write now goes at once
                     if not await self._deliver(self._queue.get_nowait()):
                         break
                 if not self._queue.empty() and not (self.gone or self._closed_cleanly):

@@ -20,6 +20,7 @@ from emulator.executor.trees import remove_tree
 from .errors import ApiError, StartFailed
 from .files import is_dir, not_a_dir_reason, resolve
 from .go_fields import envs_field, string_field, type_error, uint32_field
+from .interpreter import go_start_error
 from .sandboxes import Sandbox
 from .sessions import Session, SessionCancelled, SessionCommand, SessionShells
 
@@ -106,6 +107,8 @@ class Toolbox:
             if task.cancelled() and _not_cancelling():
                 raise SandboxGone from None  # drop_sandbox's doing, not our caller's
             raise
+        except OSError as error:  # the program could not be started (its home not handed to it, no process left)
+            raise StartFailed(500, go_start_error(error, argv[0])) from None
         finally:
             running.discard(task)
 

@@ -250,6 +250,8 @@ class Executor:
             return self._uid_base
         if self._uid_slots is None:
             self._uid_slots = asyncio.Semaphore(len(self._free_uids))
+        if not self._free_uids and self._kept_out:
+            self._retry_kept_out()  # no release may come to do it: every uid could be a kept-out one
         await self._uid_slots.acquire()
         return self._free_uids.popleft()
 
@@ -264,19 +266,23 @@ class Executor:
     def _release_uid(self, uid: int | None) -> None:
         if uid is None or not self._exclusive_uids:
             return
-        for kept, kept_dir in list(self._kept_out.items()):  # what could not be handed back before may be now
-            del self._kept_out[kept]
-            self._hand_back(kept, kept_dir, quiet=True)
+        self._retry_kept_out()
         held = self._held.pop(uid, None)
         if held is None:
             self._free_uid(uid)
             return
         self._hand_back(uid, held)
 
-    def _hand_back(self, uid: int, held: str, quiet: bool = False) -> None:
+    def _retry_kept_out(self) -> None:
+        """What could not be handed back before may be now."""
+        for kept, kept_dir in list(self._kept_out.items()):
+            del self._kept_out[kept]
+            self._hand_back(kept, kept_dir, quiet=True, again=True)
+
+    def _hand_back(self, uid: int, held: str, quiet: bool = False, again: bool = False) -> None:
         """Hand ``held`` back before another run, of any sandbox, can get ``uid``; then free the uid."""
         try:
-            pending = HOLDERS.let_go(held, uid)
+            pending = HOLDERS.let_go(held, uid, again=again)
         except OSError as error:  # descriptors or processes run out
             self._keep_out(uid, held, error, quiet)
             return

@@ -60,17 +60,19 @@ class Holders:
         # to whoever holds it at that moment, never to a uid back in its pool.
         return self._hand(path, lambda: self._owner(path))
 
-    def let_go(self, path: str, uid: int, *, at_once: bool = False) -> Awaitable[None] | None:
+    def let_go(self, path: str, uid: int, *, at_once: bool = False, again: bool = False) -> Awaitable[None] | None:
         """``uid`` no longer runs in ``path`` (its processes are gone): the tree goes to the holder left, or root.
 
         None when done; otherwise await the result before the uid runs anything else. ``at_once``: done here,
-        whatever the tree's size (with no event loop to wait on, at a shutdown)."""
+        whatever the tree's size (with no event loop to wait on, at a shutdown). ``again``: a let-go that failed
+        part-way is tried again; the uid is no holder any more, but the tree is changed all the same."""
         holders = self._by_dir.get(path)
-        if holders is None:
+        if holders is None and not again:
             return None
-        holders[:] = [holder for holder in holders if holder[0] != uid]
-        if not holders:
-            del self._by_dir[path]
+        if holders is not None:
+            holders[:] = [holder for holder in holders if holder[0] != uid]
+            if not holders:
+                del self._by_dir[path]
         if at_once:
             self._change(path, lambda: self._owner(path))
             return None

@@ -65,6 +65,11 @@ def remove_tree(path: str) -> bool:
     return not os.path.lexists(path)
 
 
+def _raise_unless_gone(error: OSError) -> None:
+    if not isinstance(error, FileNotFoundError):
+        raise error
+
+
 def chown_tree(root: str, uid: int, gid: int) -> int:
     """Give ``root`` and everything below it to ``uid:gid``, never following a symbolic link anywhere.
 
@@ -77,14 +82,16 @@ def chown_tree(root: str, uid: int, gid: int) -> int:
     Returns how many entries below ``root`` it met (a tree too deep: a large number), so a caller can tell a big
     tree from a small one.
     """
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(FileNotFoundError):
         os.chown(root, uid, gid, follow_symlinks=False)
     entries = 0
     try:
-        for _, dirs, files, dir_fd in os.fwalk(root, follow_symlinks=False):
+        # A directory the walk cannot open (descriptors run out) must not be skipped in silence: what it holds would
+        # stay the old owner's, and a caller then frees that uid. A name gone meanwhile is nothing to change.
+        for _, dirs, files, dir_fd in os.fwalk(root, follow_symlinks=False, onerror=_raise_unless_gone):
             for name in dirs + files:
                 entries += 1
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(FileNotFoundError):
                     os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
     except RecursionError:
         _coreutils(["chown", "-R", "-P", "-h", "--", f"{uid}:{gid}", root])

@@ -254,3 +254,23 @@ def test_an_execute_that_cannot_start_is_the_daemons_exit_code_minus_one(monkeyp
         monkeypatch.setattr(zygote.Zygote, "start", real_start)
         ran = client.post(f"/toolbox/{sid}/process/execute", json={"command": "echo hi"})
         assert ran.json() == {"exitCode": 0, "result": "hi\n"}
+
+
+def test_an_execute_whose_home_cannot_be_handed_over_is_exit_code_minus_one(
+    server: EmulatorServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Descriptors run out while the home goes to the run's uid: the daemon's 200 and -1 too (was a 400)."""
+    from emulator.executor.holders import HOLDERS
+
+    with httpx.Client(base_url=server.url, headers=AUTH, timeout=60) as client:
+        sid = client.post("/api/sandbox", json={}).json()["id"]
+        assert client.post(f"/toolbox/{sid}/process/execute", json={"command": "true"}).json()["exitCode"] == 0
+
+        def out_of_descriptors(*_args: Any, **_kwargs: Any) -> Any:
+            raise OSError(errno.EMFILE, "Too many open files")
+
+        monkeypatch.setattr(HOLDERS, "take", out_of_descriptors)
+        failed = client.post(f"/toolbox/{sid}/process/execute", json={"command": "echo hi"})
+        monkeypatch.undo()
+        assert (failed.status_code, failed.json()) == (200, {"exitCode": -1, "result": "pipe2: too many open files"})
+        client.delete(f"/api/sandbox/{sid}")

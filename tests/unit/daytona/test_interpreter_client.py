@@ -138,3 +138,26 @@ def test_the_end_leaves_with_what_is_queued() -> None:
     socket = asyncio.run(main())
     assert [frame["text"] for frame in socket.sent] == ["1\n", "completed"]
     assert socket.closed == (1000, "")
+
+
+def test_a_client_stalled_between_the_water_marks_is_dropped_not_spun_on() -> None:
+    """A connection paused above 64 KiB unsent resumes only at 16 KiB: a client that reads a little and stops leaves
+    the writer waiting with, say, 40 KiB unsent. Before, that was not "stalled" (64 KiB was the mark) and the reader
+    spun on a full queue for ever."""
+
+    class HalfFullTransport(FakeTransport):
+        def get_write_buffer_size(self) -> int:
+            return 0 if self.socket.release.is_set() else 40 * 1024
+
+    async def main() -> ClientChannel:
+        socket = FakeSocket(blocked=True)
+        channel = ClientChannel(socket, capacity=4, close_wait=0.1, transport=HalfFullTransport(socket))  # type: ignore[arg-type]
+
+        async def flood() -> None:
+            for n in range(50):
+                await channel.send(_frame(n))
+
+        await asyncio.wait_for(flood(), 10)
+        return channel
+
+    assert asyncio.run(main()).slow

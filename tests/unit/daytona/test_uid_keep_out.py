@@ -141,3 +141,55 @@ def test_an_executor_uid_whose_work_dir_cannot_be_handed_back_stays_out(
             await executor.aclose()
 
     asyncio.run(main())
+
+
+def test_a_retry_hands_the_home_back_for_real(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The failed let-go had already taken the uid off the home's holders: its retry must still change the tree
+    (before, it found no holder to let go, changed nothing, and freed the uid with the old files still its)."""
+
+    async def main() -> None:
+        interpreters, uid, home = _pool_of_one(tmp_path)
+        await interpreter_module.hand_over(home, uid)
+        secret = os.path.join(home, "secret")
+        os.close(os.open(secret, os.O_WRONLY | os.O_CREAT, 0o600))
+        os.chown(secret, uid, 65534)
+        real = holders_module.chown_tree
+        failures = [OSError(errno.EMFILE, "Too many open files")]
+
+        def fails_once(path: str, owner: int, group: int) -> int:
+            if failures:
+                raise failures.pop()
+            return real(path, owner, group)
+
+        monkeypatch.setattr(holders_module, "chown_tree", fails_once)
+        interpreters.release(home, uid, ran=False)
+        assert interpreters.kept_out == [uid] and os.stat(secret).st_uid == uid
+        interpreters.close()  # the retry
+        assert interpreters.kept_out == []
+        assert os.stat(secret).st_uid == 0 and os.stat(home).st_uid == 0
+
+    asyncio.run(main())
+
+
+def test_a_pool_whose_every_uid_is_kept_out_retries_before_it_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from emulator.executor import Executor, ExecutorConfig
+
+    async def main() -> int | None:
+        executor = Executor(ExecutorConfig(sandbox_uid_count=2))
+        try:
+            taken = [await executor._acquire_uid(), await executor._acquire_uid()]
+            with monkeypatch.context() as patched:
+                patched.setattr(HOLDERS, "let_go", _out_of_descriptors)
+                for uid in taken:
+                    assert uid is not None
+                    executor._held[uid] = str(tmp_path)
+                    executor._release_uid(uid)
+            assert sorted(executor._kept_out) == sorted(taken)
+            # No release will come: before, this waited for ever.
+            return await asyncio.wait_for(executor._acquire_uid(), 10)
+        finally:
+            await executor.aclose()
+
+    assert asyncio.run(main()) is not None
