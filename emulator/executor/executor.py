@@ -337,6 +337,14 @@ class Executor:
         self._closed = True
         zygotes, self._zygotes = self._zygotes, [None] * len(self._zygotes)
         await asyncio.gather(*(zygote.aclose() for zygote in zygotes if zygote is not None))
+        self._retry_kept_out()  # a last try for the uids kept out (descriptors are back now, most likely)
+        if self._handing_back:
+            await asyncio.gather(*self._handing_back, return_exceptions=True)
+        if self._kept_out:  # they may still own files: the block stays ours (its lock goes with the process)
+            _log.warning(
+                "sandbox uids %s still kept out at the close: their block is not given up", sorted(self._kept_out)
+            )
+            return
         # The zygotes swept every uid of ours before it exited: the block is free again.
         if self._uid_block is not None:
             _claimed_uid_blocks.discard(self._uid_block)

@@ -193,3 +193,25 @@ def test_a_pool_whose_every_uid_is_kept_out_retries_before_it_waits(
             await executor.aclose()
 
     assert asyncio.run(main()) is not None
+
+
+def test_an_executor_closed_with_a_uid_kept_out_keeps_its_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its uids may still own files: another executor of this process must not get the same block."""
+    from emulator.executor import Executor, ExecutorConfig
+    from emulator.executor import executor as executor_module
+
+    async def main() -> tuple[int | None, int | None]:
+        executor = Executor(ExecutorConfig(sandbox_uid_count=2))
+        block = executor._uid_block
+        uid = await executor._acquire_uid()
+        assert uid is not None
+        executor._held[uid] = str(tmp_path)
+        monkeypatch.setattr(HOLDERS, "let_go", _out_of_descriptors)  # and at the close's retry too
+        executor._release_uid(uid)
+        await executor.aclose()
+        return block, block if block in executor_module._claimed_uid_blocks else None
+
+    block, still_claimed = asyncio.run(main())
+    assert block is not None and still_claimed == block  # before: given up at the close
