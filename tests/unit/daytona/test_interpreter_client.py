@@ -35,9 +35,13 @@ class FakeTransport:
     def __init__(self, socket: FakeSocket) -> None:
         self.socket = socket
         self.aborted = False
+        self.judged_stalled = asyncio.Event()  # asked while the socket is blocked
 
     def get_write_buffer_size(self) -> int:
-        return 0 if self.socket.release.is_set() else 1 << 20
+        if self.socket.release.is_set():
+            return 0
+        self.judged_stalled.set()
+        return 1 << 20
 
     def abort(self) -> None:
         self.aborted = True
@@ -45,6 +49,11 @@ class FakeTransport:
 
 def _frame(n: int) -> dict[str, str]:
     return {"type": "stdout", "text": f"{n}\n"}
+
+
+async def _flood(channel: ClientChannel, frames: int) -> None:
+    for n in range(frames):
+        await channel.send(_frame(n))
 
 
 def test_a_burst_larger_than_the_queue_reaches_a_client_that_keeps_up() -> None:
@@ -107,19 +116,16 @@ def test_a_writer_cancelled_with_its_caller_is_not_left_behind() -> None:
 
     async def main() -> ClientChannel:
         socket = FakeSocket(blocked=True)
-        channel = ClientChannel(socket, capacity=2, close_wait=30.0, transport=FakeTransport(socket))  # type: ignore[arg-type]
+        transport = FakeTransport(socket)
+        channel = ClientChannel(socket, capacity=2, close_wait=30.0, transport=transport)  # type: ignore[arg-type]
 
-        async def flood() -> None:
-            for n in range(10):
-                await channel.send(_frame(n))
-
-        task = asyncio.ensure_future(flood())
-        await asyncio.sleep(0.05)
+        task = asyncio.ensure_future(_flood(channel, 10))
+        await transport.judged_stalled.wait()  # the queue filled against a blocked write: the drop's wait begins
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        assert task.cancelled()  # before: the cancel was swallowed, and the reader went on
-        await asyncio.sleep(0)
+        assert task.cancelled() and channel.slow  # before: the cancel was swallowed, and the reader went on
+        await asyncio.sleep(0)  # one turn: the writer's own cancel is carried out
         return channel
 
     channel = asyncio.run(main())
@@ -153,11 +159,7 @@ def test_a_client_stalled_between_the_water_marks_is_dropped_not_spun_on() -> No
         socket = FakeSocket(blocked=True)
         channel = ClientChannel(socket, capacity=4, close_wait=0.1, transport=HalfFullTransport(socket))  # type: ignore[arg-type]
 
-        async def flood() -> None:
-            for n in range(50):
-                await channel.send(_frame(n))
-
-        await asyncio.wait_for(flood(), 10)
+        await asyncio.wait_for(_flood(channel, 50), 10)
         return channel
 
     assert asyncio.run(main()).slow
