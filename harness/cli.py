@@ -52,8 +52,8 @@ def _add_warm_interpreters(parser: argparse.ArgumentParser) -> None:
         "--warm-interpreters",
         type=warm_interpreters,
         metavar="N",
-        help="warm interpreters that fork the fast path's programs (default 1); one bounds it near 1,500 runs/s on "
-        "many cores, but each has a private /tmp of its own",
+        help="warm interpreters that fork the fast path's programs (default: one per six usable cores, at most "
+        "four); one bounds it near 1,500 runs/s on many cores",
     )
 
 

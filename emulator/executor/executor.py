@@ -17,6 +17,7 @@ from typing import Any
 
 from . import start_gate
 from .capture import decode_output
+from .cores import default_warm_interpreters, usable_cores
 from .holders import HOLDERS
 from .model import ExecutionRequest, ExecutionResult, ExecutorConfig
 from .sweep import sweep_uid_async
@@ -46,6 +47,9 @@ _KILL_GRACE = 5.0
 _FAST_MIN_MEMORY_MB = 96
 #: The machine's cores, read once: os.cpu_count() reads /sys at every call, and every run asks (see _limits).
 _CORES = os.cpu_count() or 1
+# Seconds a zygote that failed to start gets no runs while another runs: the first wait, and the longest.
+_START_BACKOFF_FIRST = 1.0
+_START_BACKOFF_MOST = 30.0
 # Env variables read by the interpreter at startup: their presence forces the faithful path.
 _STARTUP_ENV_PREFIXES = ("PYTHON", "LC_", "LANG")
 _PREEXEC_MESSAGE = "Exception occurred in preexec_fn."
@@ -187,9 +191,22 @@ class Executor:
         self._nest: str | None = None
         runtime_bin = os.path.dirname(os.path.abspath(self.config.python))
         self._path_env = f"{runtime_bin}:{_SYSTEM_PATH}"
-        self._zygotes: list[Zygote | None] = [None] * self.config.warm_interpreters
+        warm = self.config.warm_interpreters
+        if warm is None:
+            warm = default_warm_interpreters(usable_cores())
+        self._zygotes: list[Zygote | None] = [None] * warm
+        # The mount namespace with the private temp root (an fd, which keeps it, its tmpfs and what is in it, alive),
+        # made by the first zygote to start and joined by every later one: one /tmp for all, as in a container.
+        self._tmp_ns: int | None = None
+        self._tmp_refused = False  # the first zygote could not have one: none has
+        self._tmp_lock: asyncio.Lock | None = None
+        self._sweep_timer: asyncio.TimerHandle | None = None
         self._locks: list[asyncio.Lock | None] = [None] * len(self._zygotes)
         self._load = [0] * len(self._zygotes)  # runs given to each zygote and not ended (counted before its start)
+        # A zygote whose start failed while another runs is given no run until this time (monotonic), after which
+        # the next run given to it tries again; the wait doubles with each failure, up to a maximum.
+        self._retry_start_at = [0.0] * len(self._zygotes)
+        self._start_backoff = [_START_BACKOFF_FIRST] * len(self._zygotes)
         self._closed = False
 
     @property
@@ -335,8 +352,14 @@ class Executor:
     async def aclose(self) -> None:
         """Kill the zygote and every running child; idempotent."""
         self._closed = True
+        if self._sweep_timer is not None:
+            self._sweep_timer.cancel()
+            self._sweep_timer = None
         zygotes, self._zygotes = self._zygotes, [None] * len(self._zygotes)
         await asyncio.gather(*(zygote.aclose() for zygote in zygotes if zygote is not None))
+        if self._tmp_ns is not None:  # with the last of its processes gone, the tmpfs goes
+            os.close(self._tmp_ns)
+            self._tmp_ns = None
         self._retry_kept_out()  # a last try for the uids kept out (descriptors are back now, most likely)
         if self._handing_back:
             await asyncio.gather(*self._handing_back, return_exceptions=True)
@@ -371,15 +394,19 @@ class Executor:
     def _least_busy(self) -> int:
         """The zygote for the next run: the one given the fewest runs not ended yet."""
         load = self._load
-        return 0 if len(load) == 1 else load.index(min(load))
+        if len(load) == 1:
+            return 0
+        best = load.index(min(load))
+        if self._retry_start_at[best] == 0.0:
+            return best
+        now = time.monotonic()
+        waiting = [(n, i) for i, n in enumerate(load) if self._retry_start_at[i] <= now]
+        return min(waiting)[1] if waiting else best
 
-    def _live_other(self, index: int) -> Zygote | None:
+    def _live_other(self, index: int) -> int | None:
         """A started zygote other than ``index``'s, the least busy of them (for a run whose own cannot start)."""
         live = [(self._load[i], i) for i, z in enumerate(self._zygotes) if i != index and z is not None and z.alive]
-        if not live:
-            return None
-        zygote = self._zygotes[min(live)[1]]
-        return zygote
+        return min(live)[1] if live else None
 
     def running(self) -> bool:
         """Whether a zygote is starting or a program runs (one held before its start by a gate does not count)."""
@@ -402,24 +429,90 @@ class Executor:
                 return zygote
             if zygote is not None:
                 await zygote.aclose()
-            env = {"PATH": self._path_env, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
-            env["HOME"] = "/nonexistent"
-            private = self.config.private_tmp and self.config.temp_root is None and os.geteuid() == 0
-            zygote = Zygote(
-                self.config.python, env, tempfile.gettempdir() if private else None, self.config.private_tmp_max_age
-            )
-            await zygote.start()
+            if time.monotonic() < self._retry_start_at[index] and self._live_other(index) is not None:
+                raise ZygoteLost("it failed to start a moment ago")  # the runs that waited for that start
+            try:
+                zygote = await self._start_zygote()
+            except Exception:  # not a cancel: the start did not fail, the run that waited for it went
+                self._retry_start_at[index] = time.monotonic() + self._start_backoff[index]
+                self._start_backoff[index] = min(self._start_backoff[index] * 2, _START_BACKOFF_MOST)
+                raise
+            self._retry_start_at[index] = 0.0
+            self._start_backoff[index] = _START_BACKOFF_FIRST
             if self._closed:
                 await zygote.aclose()
                 raise RuntimeError("executor is closed")
             self._zygotes[index] = zygote
             return zygote
 
+    async def _start_zygote(self) -> Zygote:
+        """A new zygote, started: in the private temp root's namespace if there is one (the first to start makes it,
+        while the others wait, then join it)."""
+        env = {"PATH": self._path_env, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/nonexistent"}
+        private = self.config.private_tmp and self.config.temp_root is None and os.geteuid() == 0
+        root = tempfile.gettempdir() if private else None
+        if root is None or self._tmp_refused:
+            zygote = Zygote(self.config.python, env)
+            await zygote.start()
+            return zygote
+        if self._tmp_ns is None:
+            if self._tmp_lock is None:
+                self._tmp_lock = asyncio.Lock()
+            async with self._tmp_lock:
+                if self._tmp_ns is None and not self._tmp_refused:
+                    zygote = Zygote(self.config.python, env, root)
+                    await zygote.start()
+                    self._keep_namespace(zygote)
+                    return zygote
+            return await self._start_zygote()
+        zygote = Zygote(self.config.python, env, root, self._tmp_ns)
+        await zygote.start()
+        if zygote.private_tmp is None:
+            _log.error("a warm interpreter could not join the private %s: its one-shot runs see the host's", root)
+        return zygote
+
+    def _keep_namespace(self, zygote: Zygote) -> None:
+        """Hold the mount namespace of the private temp root that ``zygote`` made (or note that it could not)."""
+        if self._closed:
+            return
+        if zygote.private_tmp is None:
+            self._tmp_refused = True
+            return
+        try:
+            ns = os.open(f"/proc/{zygote.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:  # it died at once: the next start makes one again
+            _log.warning("the private temp root's namespace could not be held: %s", exc)
+            return
+        if os.fstat(ns).st_ino == os.stat("/proc/self/ns/mnt").st_ino:  # never: it is not private after all
+            os.close(ns)
+            self._tmp_refused = True
+            return
+        self._tmp_ns = ns
+        self._schedule_sweep()
+
+    def _schedule_sweep(self) -> None:
+        """Sweep the private temp root every half of ``private_tmp_max_age`` (every minute at most)."""
+        interval = min(60.0, self.config.private_tmp_max_age / 2)
+        self._sweep_timer = asyncio.get_running_loop().call_later(interval, self._sweep_private_tmp)
+
+    def _sweep_private_tmp(self) -> None:
+        """Have one zygote (the least busy) sweep the root all share, keeping every zygote's live work dirs."""
+        self._sweep_timer = None
+        if self._closed:
+            return
+        live = [(self._load[i], i) for i, z in enumerate(self._zygotes) if z is not None and z.alive and z.private_tmp]
+        if live:
+            keep = {os.path.basename(path) for z in self._zygotes if z is not None for path in z.workdirs()}
+            zygote = self._zygotes[min(live)[1]]
+            assert zygote is not None
+            zygote.sweep(keep, self.config.private_tmp_max_age)
+        self._schedule_sweep()
+
     @property
     def private_tmp(self) -> str | None:
-        """The temp root that one-shot runs see as a private tmpfs (see ``ExecutorConfig.private_tmp``), or None."""
-        zygote = self._zygotes[0]
-        return zygote.private_tmp if zygote is not None and zygote.alive else None
+        """The temp root that one-shot runs see as a private tmpfs (see ``ExecutorConfig.private_tmp``), or None
+        (before the first zygote started, too)."""
+        return tempfile.gettempdir() if self._tmp_ns is not None else None
 
     @property
     def zygote_pid(self) -> int | None:
@@ -582,7 +675,14 @@ class Executor:
                     other = self._live_other(index)
                     if other is None:
                         return _error_result(f"sandbox executor unavailable: {exc}")
-                    zygote = other  # one that cannot start sends its runs to one that runs (its load stays)
+                    # One that cannot start sends its runs to one that runs, which counts them: the next runs then
+                    # go to the one that cannot start only when it is the least busy.
+                    self._load[index] -= 1
+                    index = other
+                    self._load[index] += 1
+                    live = self._zygotes[index]
+                    assert live is not None
+                    zygote = live
                 try:
                     return await self._run_once(zygote, request, msg, blobs, unconfirmed, gate)
                 except ZygoteLost as exc:

@@ -61,9 +61,9 @@ class ExecutorConfig:
     ready_in_latency: int = 128
     # Warm interpreters (zygotes) that fork the programs; each run goes to the one with the fewest not ended. One
     # forks about 1,500 programs a second on a fast core, so on many cores it, not the cores, bounds the fast path.
-    # Each has its own private temp root (see ``private_tmp``): a file one run leaves in /tmp is seen by the later
-    # runs of the same warm interpreter only, where the real server's container has one /tmp. Hence one by default.
-    warm_interpreters: int = 1
+    # They share one private temp root (see ``private_tmp``). None: one per six usable cores, at least one, at most
+    # four (see ``cores``).
+    warm_interpreters: int | None = None
 
     def __post_init__(self) -> None:
         """Refuse what would only fail later, request by request (or run unnoticed as something else)."""
@@ -74,8 +74,8 @@ class ExecutorConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer of at least 1, got {value!r}")
         warm = self.warm_interpreters
-        if isinstance(warm, bool) or not isinstance(warm, int) or warm < 1:
-            raise ValueError(f"warm_interpreters must be an integer of at least 1, got {warm!r}")
+        if warm is not None and (isinstance(warm, bool) or not isinstance(warm, int) or warm < 1):
+            raise ValueError(f"warm_interpreters must be an integer of at least 1 (or None), got {warm!r}")
         if not (isinstance(self.python, str) and _executable(self.python)):
             from_env = self.python == os.environ.get("SANDBOX_EMULATOR_PYTHON")
             source = " (from $SANDBOX_EMULATOR_PYTHON)" if from_env else ""

@@ -16,7 +16,7 @@ import signal
 import socket
 import struct
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +55,8 @@ class Pending:
     #: Where the spawn request ends in the stream of bytes to the zygote: once that much is written, the zygote may
     #: have forked the program even if its ``started`` never reached us.
     frame_end: int = 0
+    #: The work dir the zygote makes for the run and removes at its end (a one-shot run's), if any.
+    workdir: str | None = None
     # Called once the zygote confirmed the end (True) or died (False), even if we stopped
     # waiting before.
     on_end: list[Callable[[bool], None]] = field(default_factory=list)
@@ -69,12 +71,14 @@ class Zygote:
     """A running zygote process and the socket to it."""
 
     def __init__(
-        self, python: str, env: Mapping[str, str], private_tmp: str | None = None, private_tmp_max_age: float = 600.0
+        self, python: str, env: Mapping[str, str], private_tmp: str | None = None, join_ns: int | None = None
     ) -> None:
+        """``private_tmp``: the temp root to see as a private tmpfs; ``join_ns``: an fd of the mount namespace that
+        holds it, made by another zygote (a new one is made without; the fd stays the caller's)."""
         self._python = python
         self._env = dict(env)
         self._private_tmp = private_tmp
-        self._private_tmp_max_age = private_tmp_max_age
+        self._join_ns = join_ns if private_tmp is not None else None
         #: The temp root that one-shot work dirs live on privately (a tmpfs in the zygote's own mount
         #: namespace), None when they are made on the host's.
         self.private_tmp: str | None = None
@@ -144,14 +148,10 @@ class Zygote:
 
     def _launch(self, fd: int) -> subprocess.Popen[bytes]:
         """Start the zygote process (a quick fork+exec; it signals readiness on the socket)."""
+        join = [] if self._join_ns is None else [str(self._join_ns)]
         return subprocess.Popen(
-            [
-                self._python,
-                ZYGOTE_SCRIPT,
-                str(fd),
-                *([self._private_tmp, repr(self._private_tmp_max_age)] if self._private_tmp else []),
-            ],
-            pass_fds=[fd],
+            [self._python, ZYGOTE_SCRIPT, str(fd), *([self._private_tmp, *join] if self._private_tmp else [])],
+            pass_fds=[fd, *([] if self._join_ns is None else [self._join_ns])],
             stdin=subprocess.PIPE,
             # Pipes like a child's: forked children reuse the zygote's sys.std* objects.
             stdout=subprocess.PIPE,
@@ -355,8 +355,22 @@ class Zygote:
         if not self.alive:  # the write failed: the zygote never had the request whole
             raise ZygoteLost("not started")
         pending.frame_end = self._queued
+        workdir = msg.get("dir")
+        if workdir is not None:
+            pending.workdir = workdir["path"]
         self._pending[req_id] = pending
         return req_id, pending
+
+    def workdirs(self) -> list[str]:
+        """The work dirs of the one-shot runs this zygote has not reported ended (it made them; it removes them)."""
+        return [pending.workdir for pending in self._pending.values() if pending.workdir is not None]
+
+    def sweep(self, keep: Collection[str], age: float) -> None:
+        """Have the zygote remove what programs left in its private temp root that nothing changed for ``age``
+        seconds, but for the work dirs named in ``keep`` (those of other zygotes sharing the root) and its own."""
+        if self.alive:
+            with contextlib.suppress(ZygoteLost):
+                self._send({"op": "sweep", "keep": sorted(keep), "age": age})
 
     def go(self, req_id: int) -> None:
         """Let a child spawned with ``hold`` start its program (no-op if gone)."""

@@ -472,9 +472,7 @@ class _State:
     # _private_tmp); children without a work dir of their own go back to it.
     host_ns = -1
     private_tmp_error = ""  # why there is no private temp root ("" when there is one)
-    sweep_root = ""  # the private temp root, swept of what programs leave there (see _sweep_private_tmp)
-    sweep_age = 600.0
-    next_sweep = 0.0
+    sweep_root = ""  # the private temp root, swept of what programs leave there (see _sweep)
 
 
 #: Held here, not in locals, so that a child returning up the stack releases nothing (each release writes, and so
@@ -644,22 +642,25 @@ def _drop_process_privileges() -> None:
     _check(_prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
 
 
-def _private_tmp(root: str) -> str | None:
-    """Move the zygote into a mount namespace of its own, with a fresh tmpfs at ``root``; None, or why not.
+def _private_tmp(root: str, join: int = -1) -> str | None:
+    """Move the zygote into a mount namespace with a private tmpfs at ``root``; None, or why not.
 
+    ``join``: an fd of such a namespace that the executor holds (made by its first warm interpreter), joined rather
+    than made anew, so that all its warm interpreters, restarted ones included, share one ``/tmp`` as the programs of
+    the real server's container do. Without it, a fresh namespace and tmpfs are made.
     One-shot runs make their work dirs in it: the paths are those of the host's temp root, none of the host's files
     there are visible (as in the real server's container), and making and removing a dir costs no disk journal.
     Children without such a dir (Daytona sandboxes, dirs the server made) go back to the host's namespace.
     """
-    if not os.path.isabs(root) or not os.path.isdir(root):
-        return f"{root!r} is not a directory"
+    why = _no_private_tmp(root)
+    if join >= 0:
+        if why is not None:
+            os.close(join)
+            return why
+        return _join_private_tmp(os.path.realpath(root), join)
+    if why is not None:
+        return why
     real = os.path.realpath(root)
-    for used in (sys.executable, sys.prefix, sys.base_prefix, *sys.path):
-        if not used:
-            continue
-        for path in (os.path.abspath(used), os.path.realpath(used)):
-            if (path + os.sep).startswith((root.rstrip(os.sep) + os.sep, real + os.sep)):
-                return f"the runtime Python uses {used}, under {root}"
     # A helper process makes the namespace, so that a step that fails leaves the zygote where it was.
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     hold_r, hold_w = os.pipe2(os.O_CLOEXEC)
@@ -698,6 +699,45 @@ def _private_tmp(root: str) -> str | None:
         os.close(status_r)
         os.close(hold_w)
         os.waitpid(helper, 0)
+
+
+def _no_private_tmp(root: str) -> str | None:
+    """Why ``root`` cannot be a private tmpfs, or None."""
+    if not os.path.isabs(root) or not os.path.isdir(root):
+        return f"{root!r} is not a directory"
+    real = os.path.realpath(root)
+    for used in (sys.executable, sys.prefix, sys.base_prefix, *sys.path):
+        if not used:
+            continue
+        for path in (os.path.abspath(used), os.path.realpath(used)):
+            if (path + os.sep).startswith((root.rstrip(os.sep) + os.sep, real + os.sep)):
+                return f"the runtime Python uses {used}, under {root}"
+    return None
+
+
+def _join_private_tmp(real: str, join: int) -> str | None:
+    """Join the namespace ``join`` (see _private_tmp), after checking that it is not the host's: there, ``real``
+    would be the host's temp root, which the sweep must never touch."""
+    try:
+        host = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        os.close(join)
+        return str(exc)
+    try:
+        host_dev = os.stat(real).st_dev
+        if os.fstat(join).st_ino == os.fstat(host).st_ino:
+            raise OSError("the namespace to join is the host's")
+        _check(_libc.setns(join, _CLONE_NEWNS), "setns")
+        if os.stat(real).st_dev == host_dev:
+            _check(_libc.setns(host, _CLONE_NEWNS), "setns")
+            raise OSError(f"the namespace to join has no tmpfs at {real}")
+    except OSError as exc:
+        os.close(host)
+        return str(exc)
+    finally:
+        os.close(join)
+    _State.host_ns = host
+    return None
 
 
 def _make_workdir(path: str, files: list[tuple[str, bytes, bool]], owner: tuple[int, int] | None) -> None:
@@ -1527,14 +1567,14 @@ def _sweep_private_tmp(root: str, keep: set[str], cutoff: float) -> int:
     return removed
 
 
-def _sweep_due(now: float) -> None:
-    """Sweep the private temp root when its time has come (see _sweep_private_tmp)."""
-    if _State.host_ns < 0 or now < _State.next_sweep:
+def _sweep(req: dict[str, Any]) -> None:
+    """Sweep the private temp root for the executor, which sends this now and then to one of its warm interpreters
+    (all share the root): ``keep`` names the live work dirs of them all, ``age`` is the age a leftover goes at."""
+    if _State.host_ns < 0:
         return
-    age = _State.sweep_age
-    _State.next_sweep = now + min(60.0, age / 2)
     keep = {os.path.basename(c.workdir["path"]) for c in _State.by_id.values() if c.workdir is not None}
-    _sweep_private_tmp(_State.sweep_root, keep, time.time() - age)
+    keep.update(req.get("keep") or ())
+    _sweep_private_tmp(_State.sweep_root, keep, time.time() - float(req["age"]))
 
 
 #: A directory opened without following a link (``O_NOFOLLOW`` fails on a link, ``O_DIRECTORY`` on anything else).
@@ -1779,6 +1819,8 @@ def _handle_socket() -> _Job | None:
             _go(req["id"])
         elif op == "kill":
             _kill(req["id"])
+        elif op == "sweep":
+            _sweep(req)
         elif op == "shutdown":
             _shutdown()
     if run:
@@ -1854,16 +1896,11 @@ def _serve_setup(sock_fd: int) -> None:
 
 
 def _poll() -> list[tuple[int, int]]:
-    """Wait for events (until the next lingering child's deadline or private-tmp sweep, if any); held in _HELD[0]."""
+    """Wait for events (until the next lingering child's deadline, if any); held in _HELD[0]."""
     lingering = _State.lingering
     timeout = -1.0
     if lingering:
         timeout = max(min(c.deadline for c in lingering) - time.monotonic(), 0.0)
-    if _State.host_ns >= 0:
-        now = time.monotonic()
-        _sweep_due(now)
-        until_sweep = max(_State.next_sweep - now, 0.0)
-        timeout = until_sweep if timeout < 0 else min(timeout, until_sweep)
     events: list[tuple[int, int]]
     try:
         events = _State.epoll.poll(timeout)
@@ -2235,11 +2272,9 @@ def _main(our_depth: int) -> None:
     private_tmp = sys.argv[2] if len(sys.argv) > 2 else ""
     _State.private_tmp_error = "" if private_tmp else "not asked for"
     if private_tmp:
-        _State.private_tmp_error = _private_tmp(private_tmp) or ""
+        join = int(sys.argv[3]) if len(sys.argv) > 3 else -1
+        _State.private_tmp_error = _private_tmp(private_tmp, join) or ""
         _State.sweep_root = private_tmp
-        if len(sys.argv) > 3:
-            _State.sweep_age = float(sys.argv[3])
-        _State.next_sweep = time.monotonic() + min(60.0, _State.sweep_age / 2)
     if os.geteuid() == 0:
         _drop_process_privileges()
     _preimport()

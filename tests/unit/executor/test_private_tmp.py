@@ -14,6 +14,7 @@ import os
 import resource
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,7 @@ import pytest
 
 from emulator.executor import ExecutionRequest, ExecutionResult, Executor, ExecutorConfig, WorkdirError
 
-from .conftest import Runner, wait_until_reaped
+from .conftest import Runner, dead, wait_until_reaped
 
 _LIST_TMP = "import os\nprint(os.getcwd())\nprint(sorted(os.listdir(os.path.dirname(os.getcwd()))))\n"
 
@@ -183,11 +184,14 @@ def test_the_sweep_removes_only_stale_leftovers(tmp_path: Path) -> None:
     assert (busy_tree / "deep" / "new").exists()
 
 
-def test_leftovers_stay_for_later_runs_until_stale_and_live_dirs_stay(host_marker: str) -> None:
+@pytest.mark.parametrize("warm", [1, 2])
+def test_leftovers_stay_for_later_runs_until_stale_and_live_dirs_stay(host_marker: str, warm: int) -> None:
+    """With two warm interpreters the sweep goes to the idle one while the slow run holds the other: the live dir it
+    keeps is another's."""
     name = f"left-{uuid.uuid4().hex}.txt"
 
     async def scenario() -> None:
-        executor = Executor(ExecutorConfig(private_tmp_max_age=0.5, warm_interpreters=1))
+        executor = Executor(ExecutorConfig(private_tmp_max_age=0.5, warm_interpreters=warm))
         await executor.start()
         try:
             wrote, _ = await _one_shot(executor, f"open('/tmp/{name}', 'w').write('kept')\n")
@@ -274,3 +278,114 @@ def test_a_spawn_that_fails_after_its_dir_was_made_removes_the_dir(runner: Runne
     assert as_zygote_sees_it.parent.is_dir() and not as_zygote_sees_it.exists()
     after, _ = runner.call(_one_shot(executor, "print('after')"))
     assert (after.stdout, executor.zygote_pid) == ("after\n", zygote)
+
+
+_HANDSHAKE = """
+import os, time
+mine, theirs = "/tmp/{name}-" + {me!r}, "/tmp/{name}-" + {other!r}
+open(mine, "w").write(str(os.getppid()))
+deadline = time.monotonic() + 10
+while not os.path.exists(theirs) and time.monotonic() < deadline:
+    time.sleep(0.005)
+print(os.getppid(), open(theirs).read() if os.path.exists(theirs) else "missing")
+"""
+
+
+def test_warm_interpreters_share_one_private_temp_root() -> None:
+    """Two one-shot runs at once, one per warm interpreter, each waiting for the file the other leaves in /tmp: in
+    the real server's container they share /tmp, so each finds the other's (before, each warm interpreter had a tmpfs
+    of its own, and both waited in vain). Both start at the first runs, together: one namespace is made, not two."""
+    if not _private_tmp_expected():
+        pytest.skip("no private temp root here (needs root, and a runtime Python outside the temp root)")
+    name = f"hand-{uuid.uuid4().hex}"
+
+    async def scenario() -> list[ExecutionResult]:
+        executor = Executor(ExecutorConfig(warm_interpreters=2))
+        try:
+            runs = [
+                _one_shot(executor, _HANDSHAKE.format(name=name, me=me, other=other))
+                for me, other in (("a", "b"), ("b", "a"))
+            ]
+            return [result for result, _path in await asyncio.gather(*runs)]
+        finally:
+            await executor.aclose()
+
+    first, second = asyncio.run(scenario())
+    assert first.return_code == 0 and second.return_code == 0, (first.stderr, second.stderr)
+    ours_a, seen_b = (first.stdout or "").split()
+    ours_b, seen_a = (second.stdout or "").split()
+    assert ours_a != ours_b  # one run in each warm interpreter
+    assert (seen_a, seen_b) == (ours_a, ours_b)
+
+
+def test_a_restarted_warm_interpreter_finds_the_same_private_temp_root() -> None:
+    """The executor holds the namespace: a warm interpreter that died and started again sees what programs left in
+    /tmp before (a container's /tmp outlives any one of its processes); the executor's close ends it."""
+    if not _private_tmp_expected():
+        pytest.skip("no private temp root here (needs root, and a runtime Python outside the temp root)")
+    name = f"kept-{uuid.uuid4().hex}.txt"
+
+    async def scenario() -> tuple[ExecutionResult, int, int | None]:
+        executor = Executor(ExecutorConfig(warm_interpreters=1))
+        try:
+            wrote, _ = await _one_shot(executor, f"open('/tmp/{name}', 'w').write('still here')\n")
+            assert wrote.return_code == 0, wrote.stderr
+            first = executor.zygote_pid
+            assert first is not None
+            os.kill(first, 9)
+            assert dead(first)
+            read, _ = await _one_shot(executor, f"print(open('/tmp/{name}').read())\n")
+            return read, first, executor.zygote_pid
+        finally:
+            await executor.aclose()
+
+    read, first, second = asyncio.run(scenario())
+    assert second is not None and second != first
+    assert (read.return_code, read.stdout) == (0, "still here\n"), read.stderr
+    assert not os.path.exists(os.path.join(tempfile.gettempdir(), name))  # never on the host's
+
+
+_JOIN = """
+import os, sys
+sys.path.insert(0, {here!r})
+from emulator.executor import zygote_main
+fd = os.open({ns!r}, os.O_RDONLY)
+before = os.stat("/proc/self/ns/mnt").st_ino
+print(zygote_main._join_private_tmp({root!r}, fd))
+print(os.stat("/proc/self/ns/mnt").st_ino == before)
+"""
+
+
+@pytest.mark.parametrize("which", ["host", "no tmpfs"])
+def test_a_namespace_without_the_private_tmpfs_is_never_joined(which: str) -> None:
+    """The sweep removes what is old in the private temp root; a warm interpreter that joined the host's namespace,
+    or one with no tmpfs there, would sweep the host's /tmp. It refuses and stays where it was."""
+    if os.geteuid() != 0:
+        pytest.skip("joining a mount namespace needs root")
+    import subprocess
+
+    here = str(Path(__file__).resolve().parents[3])
+    holder = None
+    if which == "host":
+        ns = "/proc/self/ns/mnt"
+    else:  # a namespace of its own, with nothing mounted at the temp root
+        unshare = "import ctypes, sys\nassert ctypes.CDLL(None).unshare(0x20000) == 0\nsys.stdin.read()\n"
+        holder = subprocess.Popen([sys.executable, "-c", unshare], stdin=subprocess.PIPE)
+        ns = f"/proc/{holder.pid}/ns/mnt"
+        deadline = time.monotonic() + 10
+        while os.stat(ns).st_ino == os.stat("/proc/self/ns/mnt").st_ino:
+            assert time.monotonic() < deadline, "unshare did not make its namespace"
+            time.sleep(0.005)
+    try:
+        code = _JOIN.format(here=here, ns=ns, root=os.path.realpath(tempfile.gettempdir()))
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    finally:
+        if holder is not None:
+            holder.communicate(timeout=10)
+    assert out.returncode == 0, out.stderr
+    why, stayed = out.stdout.splitlines()
+    if which == "host":
+        assert why == "the namespace to join is the host's"
+    else:
+        assert why == f"the namespace to join has no tmpfs at {os.path.realpath(tempfile.gettempdir())}"
+    assert stayed == "True"

@@ -2,7 +2,7 @@
 
 One zygote forks every program; on many cores it, not the cores, bounds the fast path (about 1,600 runs a second on
 a 16-core machine, with that zygote at a whole core and the machine two-thirds idle). ``warm_interpreters`` adds
-more; one by default (each has a private /tmp of its own).
+more; by default one per six usable cores (they share one private /tmp).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
+from pathlib import Path
 
 import pytest
 
@@ -53,11 +54,35 @@ def test_concurrent_runs_are_shared_out_among_the_warm_interpreters(mode: str) -
         assert dead(zygote)
 
 
-def test_one_warm_interpreter_by_default() -> None:
-    """Each has a private /tmp of its own: more than one, and a file a run leaves there is not there for every later
-    run, as it is in the real server's container. So more are asked for, never assumed."""
-    assert Executor().warm_interpreters == 1
-    assert Executor(ExecutorConfig(warm_interpreters=4)).warm_interpreters == 4
+@pytest.mark.parametrize(
+    ("cores", "warm"), [(1, 1), (2, 1), (5, 1), (6, 1), (11, 1), (12, 2), (16, 2), (18, 3), (64, 4)]
+)
+def test_the_default_is_one_warm_interpreter_per_six_cores_up_to_four(
+    monkeypatch: pytest.MonkeyPatch, cores: int, warm: int
+) -> None:
+    """They share one private /tmp, so more can be the default where the cores are there to use them."""
+    from emulator.executor import executor as executor_module
+
+    monkeypatch.setattr(executor_module, "usable_cores", lambda: cores)
+    assert Executor().warm_interpreters == warm
+    assert Executor(ExecutorConfig(warm_interpreters=4)).warm_interpreters == 4  # asked for: as asked
+
+
+@pytest.mark.parametrize(
+    ("cpu_max", "cores"), [("max 100000", 8), ("200000 100000", 2), ("150000 100000", 2), ("50000 100000", 1)]
+)
+def test_usable_cores_heed_a_cgroup_quota(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cpu_max: str, cores: int
+) -> None:
+    """A container limited to two CPUs (``docker run --cpus 2``) on a big host sees all the host's CPUs in its
+    affinity; its ``cpu.max`` says how much it may use."""
+    from emulator.executor import cores as cores_module
+
+    limit = tmp_path / "cpu.max"
+    limit.write_text(cpu_max + "\n")
+    monkeypatch.setattr(cores_module.os, "sched_getaffinity", lambda _pid: set(range(8)))
+    monkeypatch.setattr(cores_module, "_cgroup_quota", lambda: cores_module._quota_in(str(limit)))
+    assert cores_module.usable_cores() == cores
 
 
 def test_a_run_whose_warm_interpreter_cannot_start_goes_to_one_that_runs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,6 +106,39 @@ def test_a_run_whose_warm_interpreter_cannot_start_goes_to_one_that_runs(monkeyp
     results, pid = asyncio.run(main())
     assert [result.status for result in results] == ["Finished"] * 4  # before: half were "executor unavailable"
     assert {int(str(result.stdout)) for result in results} == {pid}
+
+
+def test_a_warm_interpreter_that_failed_to_start_is_left_alone_for_a_while(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its runs go to the one that runs; the next runs are not each sent to try the start again first (before, half
+    of them were, and a start that fails slowly, by its time-out, cost each of them that time)."""
+    from emulator.executor import zygote
+
+    tries: list[int] = []
+    real_start = zygote.Zygote.start
+
+    async def cannot_start(self: zygote.Zygote) -> None:
+        tries.append(1)
+        await asyncio.sleep(0)  # it fails at its first wait, as a start does, not at once
+        raise OSError(11, "Resource temporarily unavailable")
+
+    async def main() -> tuple[list[ExecutionResult], int]:
+        executor = Executor(ExecutorConfig(warm_interpreters=2))
+        try:
+            first = await _run(executor, PROGRAM)
+            pid = executor.zygote_pid
+            assert first.status == "Finished" and pid is not None
+            monkeypatch.setattr(zygote.Zygote, "start", cannot_start)
+            results = list(await asyncio.gather(*(_run(executor, PROGRAM) for _ in range(6))))
+            results += await asyncio.gather(*(_run(executor, PROGRAM) for _ in range(4)))
+            monkeypatch.setattr(zygote.Zygote, "start", real_start)
+            return results, pid
+        finally:
+            await executor.aclose()
+
+    results, pid = asyncio.run(main())
+    assert [result.status for result in results] == ["Finished"] * 10
+    assert {int(str(result.stdout)) for result in results} == {pid}
+    assert len(tries) == 1
 
 
 @pytest.mark.parametrize("value", [0, -1, 1.5, True, "2"])
