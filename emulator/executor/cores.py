@@ -8,8 +8,8 @@ import os
 #: Cores per warm interpreter by default: one forks about 1,500 programs a second, and keeps some five cores busy
 #: doing so (itself, the programs, the server's share); past that it, not the cores, bounds the fast path.
 CORES_PER_WARM_INTERPRETER = 6
-#: Past this many the server's event loop, not the warm interpreters, bounds the fast path (16 cores: 2,861 runs/s
-#: with two, 2,974 with four).
+#: Past two the server's event loop, not the warm interpreters, is the main bound of the fast path; three and four
+#: still add a little (16 cores: 2,861 runs/s with two, 2,974 with four).
 MOST_WARM_INTERPRETERS_BY_DEFAULT = 4
 
 
@@ -19,39 +19,55 @@ def usable_cores() -> int:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    quota = _cgroup_quota()
+    quota = cgroup_quota()
     if quota is not None:
         cores = min(cores, max(1, math.ceil(quota)))
     return max(cores, 1)
 
 
-def _cgroup_quota() -> float | None:
-    """The CPU quota of this process's cgroup in cores, None for none: cgroup v2's ``cpu.max`` of its group (or of
-    the mount's root, as a container sees its own), else v1's ``cpu.cfs_quota_us``."""
-    group = "/"
+def default_warm_interpreters(cores: int) -> int:
+    """One per six cores, at least one, at most four."""
+    return max(1, min(MOST_WARM_INTERPRETERS_BY_DEFAULT, cores // CORES_PER_WARM_INTERPRETER))
+
+
+def cgroup_quota(mounts: str = "/sys/fs/cgroup", own: str = "/proc/self/cgroup") -> float | None:
+    """The tightest CPU quota, in cores, of this process's cgroup and its ancestors; None for none.
+
+    cgroup v2: ``cpu.max`` (``<quota> <period>`` or ``max <period>``) under ``mounts``; v1: ``cpu.cfs_quota_us`` and
+    ``cpu.cfs_period_us`` under ``mounts/cpu`` (or ``cpu,cpuacct``). A container sees its own group as the mount's
+    root, while ``own`` may still name the host's path: the path is tried, then the root."""
+    v2, v1 = "/", "/"
     try:
-        with open("/proc/self/cgroup", encoding="utf-8") as file:
-            group = next((line[3:].strip() for line in file if line.startswith("0::")), "/")
-    except OSError:
+        with open(own, encoding="utf-8") as file:
+            for line in file:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                if controllers == "":
+                    v2 = path
+                elif "cpu" in controllers.split(","):
+                    v1 = path
+    except (OSError, ValueError):
         pass
-    for path in dict.fromkeys((f"/sys/fs/cgroup{group.rstrip('/')}/cpu.max", "/sys/fs/cgroup/cpu.max")):
-        if os.path.exists(path):
-            return _quota_in(path)
-    try:
-        with (
-            open("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", encoding="ascii") as quota,
-            open("/sys/fs/cgroup/cpu/cpu.cfs_period_us", encoding="ascii") as period,
-        ):
-            value = int(quota.read()) / int(period.read())
-    except (OSError, ValueError, ZeroDivisionError):
-        return None
-    return value if value > 0 else None  # -1: none
+    quotas = [_v2_quota(directory) for directory in _groups(mounts, v2)]
+    for hierarchy in ("cpu", "cpu,cpuacct"):
+        base = os.path.join(mounts, hierarchy)
+        if os.path.isdir(base):
+            quotas += [_v1_quota(directory) for directory in _groups(base, v1)]
+            break
+    found = [quota for quota in quotas if quota is not None]
+    return min(found) if found else None
 
 
-def _quota_in(path: str) -> float | None:
-    """The quota a ``cpu.max`` file sets (``<quota> <period>``, or ``max <period>``: none) in cores, or None."""
+def _groups(base: str, path: str) -> list[str]:
+    """The directories of ``path``'s group and its ancestors under ``base`` that exist (or just ``base``)."""
+    parts = [part for part in path.split("/") if part]
+    directories = [os.path.join(base, *parts[:depth]) for depth in range(len(parts), 0, -1)]
+    existing = [directory for directory in directories if os.path.isdir(directory)]
+    return [*existing, base]
+
+
+def _v2_quota(directory: str) -> float | None:
     try:
-        with open(path, encoding="ascii") as file:
+        with open(os.path.join(directory, "cpu.max"), encoding="ascii") as file:
             quota, _, period = file.read().strip().partition(" ")
         if quota == "max":
             return None
@@ -61,6 +77,13 @@ def _quota_in(path: str) -> float | None:
     return value if value > 0 else None
 
 
-def default_warm_interpreters(cores: int) -> int:
-    """One per six cores, at least one, at most four."""
-    return max(1, min(MOST_WARM_INTERPRETERS_BY_DEFAULT, cores // CORES_PER_WARM_INTERPRETER))
+def _v1_quota(directory: str) -> float | None:
+    try:
+        with (
+            open(os.path.join(directory, "cpu.cfs_quota_us"), encoding="ascii") as quota,
+            open(os.path.join(directory, "cpu.cfs_period_us"), encoding="ascii") as period,
+        ):
+            value = int(quota.read()) / int(period.read())
+    except (OSError, ValueError, ZeroDivisionError):
+        return None
+    return value if value > 0 else None  # -1: none

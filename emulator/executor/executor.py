@@ -201,6 +201,7 @@ class Executor:
         self._tmp_refused = False  # the first zygote could not have one: none has
         self._tmp_lock: asyncio.Lock | None = None
         self._sweep_timer: asyncio.TimerHandle | None = None
+        self._orphaned: set[str] = set()  # names of the work dirs of zygotes that died (the next sweep drops them)
         self._locks: list[asyncio.Lock | None] = [None] * len(self._zygotes)
         self._load = [0] * len(self._zygotes)  # runs given to each zygote and not ended (counted before its start)
         # A zygote whose start failed while another runs is given no run until this time (monotonic), after which
@@ -355,6 +356,10 @@ class Executor:
         if self._sweep_timer is not None:
             self._sweep_timer.cancel()
             self._sweep_timer = None
+        for lock in self._locks:  # a start under way ends first (and closes what it started: we are closed)
+            if lock is not None:
+                async with lock:
+                    pass
         zygotes, self._zygotes = self._zygotes, [None] * len(self._zygotes)
         await asyncio.gather(*(zygote.aclose() for zygote in zygotes if zygote is not None))
         if self._tmp_ns is not None:  # with the last of its processes gone, the tmpfs goes
@@ -427,8 +432,12 @@ class Executor:
             zygote = self._zygotes[index]
             if zygote is not None and zygote.alive:
                 return zygote
+            if self._closed:
+                raise RuntimeError("executor is closed")
             if zygote is not None:
                 await zygote.aclose()
+                if zygote.private_tmp is not None:
+                    self._orphaned.update(os.path.basename(path) for path in zygote.orphaned_workdirs)
             if time.monotonic() < self._retry_start_at[index] and self._live_other(index) is not None:
                 raise ZygoteLost("it failed to start a moment ago")  # the runs that waited for that start
             try:
@@ -447,45 +456,48 @@ class Executor:
 
     async def _start_zygote(self) -> Zygote:
         """A new zygote, started: in the private temp root's namespace if there is one (the first to start makes it,
-        while the others wait, then join it)."""
+        while the others wait, then join it). A zygote that should be in it and is not is a failed start."""
         env = {"PATH": self._path_env, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/nonexistent"}
         private = self.config.private_tmp and self.config.temp_root is None and os.geteuid() == 0
         root = tempfile.gettempdir() if private else None
         if root is None or self._tmp_refused:
-            zygote = Zygote(self.config.python, env)
-            await zygote.start()
-            return zygote
+            return await _started(Zygote(self.config.python, env))
         if self._tmp_ns is None:
             if self._tmp_lock is None:
                 self._tmp_lock = asyncio.Lock()
             async with self._tmp_lock:
+                if self._closed:
+                    raise RuntimeError("executor is closed")
                 if self._tmp_ns is None and not self._tmp_refused:
-                    zygote = Zygote(self.config.python, env, root)
-                    await zygote.start()
-                    self._keep_namespace(zygote)
+                    zygote = await _started(Zygote(self.config.python, env, root))
+                    try:
+                        self._keep_namespace(zygote, root)
+                    except BaseException:
+                        await zygote.aclose()
+                        raise
                     return zygote
             return await self._start_zygote()
-        zygote = Zygote(self.config.python, env, root, self._tmp_ns)
-        await zygote.start()
-        if zygote.private_tmp is None:
-            _log.error("a warm interpreter could not join the private %s: its one-shot runs see the host's", root)
+        zygote = await _started(Zygote(self.config.python, env, root, self._tmp_ns))
+        if zygote.private_tmp is None:  # its runs would see the host's /tmp, the others' runs the private one
+            await zygote.aclose()
+            raise OSError(f"it could not join the private {root}: {zygote.private_tmp_error}")
         return zygote
 
-    def _keep_namespace(self, zygote: Zygote) -> None:
-        """Hold the mount namespace of the private temp root that ``zygote`` made (or note that it could not)."""
-        if self._closed:
-            return
+    def _keep_namespace(self, zygote: Zygote, root: str) -> None:
+        """Hold the mount namespace of the private temp root that ``zygote`` made; OSError if it made none for a
+        passing reason, or its namespace cannot be held (the start then counts as failed, and is tried again)."""
         if zygote.private_tmp is None:
-            self._tmp_refused = True
+            if not zygote.private_tmp_never:
+                raise OSError(f"it could not make the private {root}: {zygote.private_tmp_error}")
+            _log.info("work dirs on the host's %s: %s", root, zygote.private_tmp_error)
+            self._tmp_refused = True  # and never will: every zygote runs without one
             return
-        try:
-            ns = os.open(f"/proc/{zygote.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:  # it died at once: the next start makes one again
-            _log.warning("the private temp root's namespace could not be held: %s", exc)
-            return
-        if os.fstat(ns).st_ino == os.stat("/proc/self/ns/mnt").st_ino:  # never: it is not private after all
+        ns = os.open(f"/proc/{zygote.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        if os.fstat(ns).st_ino != zygote.mnt_ns or zygote.mnt_ns == os.stat("/proc/self/ns/mnt").st_ino:
+            os.close(ns)  # its pid is another process's by now, or it is not private after all
+            raise OSError(f"the namespace of the private {root} could not be held")
+        if self._closed:
             os.close(ns)
-            self._tmp_refused = True
             return
         self._tmp_ns = ns
         self._schedule_sweep()
@@ -505,13 +517,15 @@ class Executor:
             keep = {os.path.basename(path) for z in self._zygotes if z is not None for path in z.workdirs()}
             zygote = self._zygotes[min(live)[1]]
             assert zygote is not None
-            zygote.sweep(keep, self.config.private_tmp_max_age)
+            drop, self._orphaned = self._orphaned, set()
+            zygote.sweep(keep, self.config.private_tmp_max_age, drop - keep)
         self._schedule_sweep()
 
     @property
     def private_tmp(self) -> str | None:
         """The temp root that one-shot runs see as a private tmpfs (see ``ExecutorConfig.private_tmp``), or None
-        (before the first zygote started, too)."""
+        (also until the first zygote has started). Every zygote runs in it: one that could not join it did not
+        start."""
         return tempfile.gettempdir() if self._tmp_ns is not None else None
 
     @property
@@ -805,6 +819,11 @@ class Executor:
         if files is None and not removed:
             return result
         return dataclasses.replace(result, files=files, workdir_removed=removed)
+
+
+async def _started(zygote: Zygote) -> Zygote:
+    await zygote.start()
+    return zygote
 
 
 def _give_up(pending: Pending, unconfirmed: list[Pending]) -> None:

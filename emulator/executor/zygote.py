@@ -82,6 +82,13 @@ class Zygote:
         #: The temp root that one-shot work dirs live on privately (a tmpfs in the zygote's own mount
         #: namespace), None when they are made on the host's.
         self.private_tmp: str | None = None
+        #: Why not, when asked for: the zygote's reason, and whether no later start would do better.
+        self.private_tmp_error = ""
+        self.private_tmp_never = False
+        #: The inode of its mount namespace (``/proc/<pid>/ns/mnt``), to tell an fd opened by pid is of this process.
+        self.mnt_ns = 0
+        #: Work dirs of the runs it had when it died: they stay in the shared private temp root until swept.
+        self.orphaned_workdirs: list[str] = []
         self._loop = asyncio.get_running_loop()
         self._pending: dict[int, Pending] = {}
         #: Spawned children held before their program (see ``start_gate``): pending, but nothing of theirs runs.
@@ -140,11 +147,13 @@ class Zygote:
             raise
         self.pid = int(info["pid"])
         _log.debug("zygote %s ready (python %s)", self.pid, info.get("version"))
+        self.mnt_ns = int(info.get("mnt_ns") or 0)
         if self._private_tmp is not None:
             if info.get("private_tmp") is True:
                 self.private_tmp = self._private_tmp
             else:
-                _log.info("work dirs on the host's %s: %s", self._private_tmp, info.get("private_tmp"))
+                self.private_tmp_error = str(info.get("private_tmp"))
+                self.private_tmp_never = bool(info.get("private_tmp_never"))
 
     def _launch(self, fd: int) -> subprocess.Popen[bytes]:
         """Start the zygote process (a quick fork+exec; it signals readiness on the socket)."""
@@ -318,6 +327,7 @@ class Zygote:
             self._ready.set_exception(ZygoteLost(why))
             self._ready.exception()
         pending, self._pending = self._pending, {}
+        self.orphaned_workdirs = [item.workdir for item in pending.values() if item.workdir is not None]
         for item in pending.values():
             if item.pid is not None and item.pid > 0:
                 # Children get SIGKILL via PDEATHSIG; this also reaches their groups.
@@ -365,12 +375,13 @@ class Zygote:
         """The work dirs of the one-shot runs this zygote has not reported ended (it made them; it removes them)."""
         return [pending.workdir for pending in self._pending.values() if pending.workdir is not None]
 
-    def sweep(self, keep: Collection[str], age: float) -> None:
+    def sweep(self, keep: Collection[str], age: float, drop: Collection[str] = ()) -> None:
         """Have the zygote remove what programs left in its private temp root that nothing changed for ``age``
-        seconds, but for the work dirs named in ``keep`` (those of other zygotes sharing the root) and its own."""
+        seconds, but for the work dirs named in ``keep`` (those of other zygotes sharing the root) and its own; and
+        the dirs named in ``drop`` (a dead zygote's work dirs) whatever their age."""
         if self.alive:
             with contextlib.suppress(ZygoteLost):
-                self._send({"op": "sweep", "keep": sorted(keep), "age": age})
+                self._send({"op": "sweep", "keep": sorted(keep), "age": age, "drop": sorted(drop)})
 
     def go(self, req_id: int) -> None:
         """Let a child spawned with ``hold`` start its program (no-op if gone)."""

@@ -259,6 +259,7 @@ _MS_PRIVATE = 1 << 18
 _libc.unshare.argtypes = [ctypes.c_int]
 _libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.statfs.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
 _PTHREAD_ATTR_SIZE = 256  # generous: sizeof(pthread_attr_t) is 56 on x86_64/aarch64
 _libc.pthread_attr_init.argtypes = [ctypes.c_void_p]
 _libc.pthread_attr_setstacksize.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
@@ -472,6 +473,7 @@ class _State:
     # _private_tmp); children without a work dir of their own go back to it.
     host_ns = -1
     private_tmp_error = ""  # why there is no private temp root ("" when there is one)
+    private_tmp_never = False  # and whether that will stay so (no root, the runtime under it: not a passing failure)
     sweep_root = ""  # the private temp root, swept of what programs leave there (see _sweep)
 
 
@@ -653,13 +655,13 @@ def _private_tmp(root: str, join: int = -1) -> str | None:
     Children without such a dir (Daytona sandboxes, dirs the server made) go back to the host's namespace.
     """
     why = _no_private_tmp(root)
-    if join >= 0:
-        if why is not None:
-            os.close(join)
-            return why
-        return _join_private_tmp(os.path.realpath(root), join)
     if why is not None:
+        _State.private_tmp_never = True
+        if join >= 0:
+            os.close(join)
         return why
+    if join >= 0:
+        return _join_private_tmp(os.path.realpath(root), join)
     real = os.path.realpath(root)
     # A helper process makes the namespace, so that a step that fails leaves the zygote where it was.
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
@@ -676,14 +678,18 @@ def _private_tmp(root: str, join: int = -1) -> str | None:
             os.read(hold_r, 1)  # until the zygote has moved in
         except BaseException as exc:
             with contextlib.suppress(BaseException):
-                os.write(status_w, str(exc).encode("utf-8", "replace")[:4000])
+                number = exc.errno if isinstance(exc, OSError) and exc.errno else 0
+                os.write(status_w, f"{number}\n{exc}".encode("utf-8", "replace")[:4000])
         os._exit(0)
     os.close(status_w)
     os.close(hold_r)
     try:
         answer = os.read(status_r, 4096).decode("utf-8", "replace")
         if answer != "ok":
-            return answer or "the namespace helper died"
+            code, _, why = answer.partition("\n")
+            # Not allowed here (no CAP_SYS_ADMIN in this container, no mount namespaces in this kernel): for good.
+            _State.private_tmp_never = code.isdigit() and int(code) in _NEVER_ERRNOS
+            return why or "the namespace helper died"
         host = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         private = os.open(f"/proc/{helper}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         try:
@@ -699,6 +705,20 @@ def _private_tmp(root: str, join: int = -1) -> str | None:
         os.close(status_r)
         os.close(hold_w)
         os.waitpid(helper, 0)
+
+
+#: Errors of unshare and mount that no later try would escape.
+_NEVER_ERRNOS = frozenset({errno.EPERM, errno.EACCES, errno.ENOSYS, errno.EINVAL})
+#: ``statfs``'s ``f_type`` of a tmpfs.
+_TMPFS_MAGIC = 0x01021994
+
+
+def _is_tmpfs(path: str) -> bool:
+    """Whether ``path`` is on a tmpfs (``f_type``, the first field of ``struct statfs``, a C long)."""
+    buf = ctypes.create_string_buffer(512)
+    if _libc.statfs(os.fsencode(path), buf) != 0:
+        return False
+    return ctypes.c_long.from_buffer(buf).value == _TMPFS_MAGIC
 
 
 def _no_private_tmp(root: str) -> str | None:
@@ -728,7 +748,7 @@ def _join_private_tmp(real: str, join: int) -> str | None:
         if os.fstat(join).st_ino == os.fstat(host).st_ino:
             raise OSError("the namespace to join is the host's")
         _check(_libc.setns(join, _CLONE_NEWNS), "setns")
-        if os.stat(real).st_dev == host_dev:
+        if os.stat(real).st_dev == host_dev or not _is_tmpfs(real):
             _check(_libc.setns(host, _CLONE_NEWNS), "setns")
             raise OSError(f"the namespace to join has no tmpfs at {real}")
     except OSError as exc:
@@ -1574,6 +1594,10 @@ def _sweep(req: dict[str, Any]) -> None:
         return
     keep = {os.path.basename(c.workdir["path"]) for c in _State.by_id.values() if c.workdir is not None}
     keep.update(req.get("keep") or ())
+    for name in req.get("drop") or ():  # the work dirs of a warm interpreter that died, whatever their age
+        if name not in keep and os.sep not in name and name not in (".", ".."):
+            with contextlib.suppress(OSError):
+                _rmtree(os.path.join(_State.sweep_root, name))
     _sweep_private_tmp(_State.sweep_root, keep, time.time() - float(req["age"]))
 
 
@@ -1890,6 +1914,8 @@ def _serve_setup(sock_fd: int) -> None:
             "version": list(sys.version_info[:3]),
             "executable": sys.executable,
             "private_tmp": _State.private_tmp_error or True,
+            "private_tmp_never": _State.private_tmp_never,
+            "mnt_ns": os.stat("/proc/self/ns/mnt").st_ino,
         }
     )
     _flush()
@@ -2265,14 +2291,17 @@ def _prefault() -> None:
 
 def _main(our_depth: int) -> None:
     """Start the zygote: calibrate, pre-import, freeze the heap and get ready to serve (see _serve_once)."""
+    sock_fd = int(sys.argv[1])
+    private_tmp = sys.argv[2] if len(sys.argv) > 2 else ""
+    join = int(sys.argv[3]) if private_tmp and len(sys.argv) > 3 else -1
+    for fd in (sock_fd, join):  # passed to us alone: not to the calibration's interpreter
+        if fd >= 0:
+            os.set_inheritable(fd, False)
     fresh = _fresh_depth()
     if fresh is not None and 0 < our_depth < fresh:
         _install_recursion_shim(fresh - our_depth)
-    sock_fd = int(sys.argv[1])
-    private_tmp = sys.argv[2] if len(sys.argv) > 2 else ""
     _State.private_tmp_error = "" if private_tmp else "not asked for"
     if private_tmp:
-        join = int(sys.argv[3]) if len(sys.argv) > 3 else -1
         _State.private_tmp_error = _private_tmp(private_tmp, join) or ""
         _State.sweep_root = private_tmp
     if os.geteuid() == 0:

@@ -299,28 +299,155 @@ def test_warm_interpreters_share_one_private_temp_root() -> None:
         pytest.skip("no private temp root here (needs root, and a runtime Python outside the temp root)")
     name = f"hand-{uuid.uuid4().hex}"
 
-    async def scenario() -> list[ExecutionResult]:
+    async def scenario() -> tuple[list[ExecutionResult], str | None, set[int]]:
         executor = Executor(ExecutorConfig(warm_interpreters=2))
         try:
             runs = [
                 _one_shot(executor, _HANDSHAKE.format(name=name, me=me, other=other))
                 for me, other in (("a", "b"), ("b", "a"))
             ]
-            return [result for result, _path in await asyncio.gather(*runs)]
+            results = [result for result, _path in await asyncio.gather(*runs)]
+            namespaces = {os.stat(f"/proc/{pid}/ns/mnt").st_ino for pid in _zygote_pids(executor)}
+            return results, executor.private_tmp, namespaces
         finally:
             await executor.aclose()
 
-    first, second = asyncio.run(scenario())
+    (first, second), private, namespaces = asyncio.run(scenario())
     assert first.return_code == 0 and second.return_code == 0, (first.stderr, second.stderr)
     ours_a, seen_b = (first.stdout or "").split()
     ours_b, seen_a = (second.stdout or "").split()
     assert ours_a != ours_b  # one run in each warm interpreter
     assert (seen_a, seen_b) == (ours_a, ours_b)
+    assert private == tempfile.gettempdir()
+    assert len(namespaces) == 1 and os.stat("/proc/self/ns/mnt").st_ino not in namespaces
+    assert not [entry for entry in os.listdir(tempfile.gettempdir()) if entry.startswith(name)]  # not the host's
+
+
+def _zygote_pids(executor: Executor) -> list[int]:
+    return [zygote.pid for zygote in executor._zygotes if zygote is not None and zygote.pid is not None]
+
+
+_WHOSE = "import os\nprint(os.getppid(), sorted(os.listdir('/tmp')))\n"
+
+
+def test_a_warm_interpreter_that_cannot_join_the_private_temp_root_does_not_start(
+    host_marker: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Were it to start anyway, its runs would see the host's /tmp and the others' runs the private one: its start
+    fails instead, and its runs go to one in the private root (here the namespace to join is made the host's, which
+    the warm interpreter refuses)."""
+    if not _private_tmp_expected():
+        pytest.skip("no private temp root here (needs root, and a runtime Python outside the temp root)")
+
+    async def scenario() -> tuple[list[ExecutionResult], int | None, bool]:
+        executor = Executor(ExecutorConfig(warm_interpreters=2))
+        try:
+            first, _ = await _one_shot(executor, "print('first')")  # the first warm interpreter makes the root
+            assert first.stdout == "first\n", first.stderr
+            held, executor._tmp_ns = executor._tmp_ns, os.open("/proc/self/ns/mnt", os.O_RDONLY)
+            try:
+                results = [result for result, _ in await asyncio.gather(*(_one_shot(executor, _WHOSE) for _ in "ab"))]
+            finally:
+                assert executor._tmp_ns is not None
+                os.close(executor._tmp_ns)
+                executor._tmp_ns = held
+            return results, executor.zygote_pid, executor._zygotes[1] is None
+        finally:
+            await executor.aclose()
+
+    with caplog.at_level(logging.ERROR, logger="emulator.executor"):
+        results, first_pid, second_not_started = asyncio.run(scenario())
+    for result in results:
+        assert result.return_code == 0, result.stderr
+        parent, listing = (result.stdout or "").split(" ", 1)
+        assert int(parent) == first_pid and host_marker not in listing
+    assert second_not_started
+    assert any("could not join the private" in record.getMessage() for record in caplog.records)
+
+
+def test_a_passing_failure_to_make_the_private_temp_root_is_a_failed_start(
+    monkeypatch: pytest.MonkeyPatch, host_marker: str
+) -> None:
+    """The first warm interpreter's namespace is everyone's: one made on the host's /tmp for a passing reason (here:
+    the descriptors ran out) is not kept (that would leave every later warm interpreter, restarted ones too, on the
+    host's /tmp); its run is an error, and the next start makes the private root."""
+    if not _private_tmp_expected():
+        pytest.skip("no private temp root here (needs root, and a runtime Python outside the temp root)")
+    from emulator.executor import zygote
+
+    real_start = zygote.Zygote.start
+    starts: list[int] = []
+
+    async def first_without(self: zygote.Zygote) -> None:
+        await real_start(self)
+        starts.append(1)
+        if len(starts) == 1:
+            self.private_tmp, self.private_tmp_never = None, False
+            self.private_tmp_error = "pipe2: Too many open files"
+
+    monkeypatch.setattr(zygote.Zygote, "start", first_without)
+
+    async def scenario() -> tuple[ExecutionResult, ExecutionResult, str | None]:
+        executor = Executor(ExecutorConfig(warm_interpreters=1))
+        try:
+            failed, _ = await _one_shot(executor, _WHOSE)
+            ran, _ = await _one_shot(executor, _WHOSE)
+            return failed, ran, executor.private_tmp
+        finally:
+            await executor.aclose()
+
+    failed, ran, private = asyncio.run(scenario())
+    assert (failed.status, failed.stdout) == ("Error", None)
+    assert "could not make the private" in (failed.stderr or "") and "Too many open files" in (failed.stderr or "")
+    assert ran.return_code == 0 and host_marker not in (ran.stdout or ""), ran.stderr
+    assert private == tempfile.gettempdir() and len(starts) == 2
+
+
+def test_the_work_dirs_of_a_warm_interpreter_that_died_go_at_the_next_sweep() -> None:
+    """Its runs' dirs stay in the shared root (its children die with it, the dirs do not); the next sweep removes
+    them however new. Before the root was shared they went with the warm interpreter's own tmpfs."""
+    if not _private_tmp_expected():
+        pytest.skip("no private temp root here (needs root, and a runtime Python outside the temp root)")
+
+    async def scenario() -> tuple[ExecutionResult, str, str, str]:
+        executor = Executor(ExecutorConfig(warm_interpreters=1))
+        try:
+            with executor.deferred_workdir() as wd:
+                script = wd.new_script(".py")
+                wd.write_file(os.path.basename(script), b"import time\nprint('up', flush=True)\ntime.sleep(60)\n")
+                setup = wd.setup()
+                assert setup is not None
+                request = ExecutionRequest(
+                    argv=[executor.config.python, script], cwd=wd.path, timeout=90, python_script=script, setup=setup
+                )
+                slow = asyncio.ensure_future(executor.run(request))
+                pid = None
+                for _ in range(3000):  # until the zygote reports the program started (its dir made before)
+                    zygote = executor._zygotes[0]
+                    if zygote is not None and any(p.pid is not None for p in zygote._pending.values()):
+                        pid = zygote.pid
+                        break
+                    await asyncio.sleep(0.01)
+                assert pid is not None, "the slow run never started"
+                os.kill(pid, 9)
+                died = await slow
+                dirname = os.path.basename(wd.path)
+                before, _ = await _one_shot(executor, "import os\nprint(sorted(os.listdir('/tmp')))\n")
+                executor._sweep_private_tmp()  # the timer's sweep, now (its age is ten minutes: none is stale)
+                after, _ = await _one_shot(executor, "import os\nprint(sorted(os.listdir('/tmp')))\n")
+                wd.complete(None, True)
+            return died, dirname, before.stdout or "", after.stdout or ""
+        finally:
+            await executor.aclose()
+
+    died, dirname, before, after = asyncio.run(scenario())
+    assert died.status == "Error" and "restarted" in (died.stderr or "")
+    assert dirname in before and dirname not in after
 
 
 def test_a_restarted_warm_interpreter_finds_the_same_private_temp_root() -> None:
     """The executor holds the namespace: a warm interpreter that died and started again sees what programs left in
-    /tmp before (a container's /tmp outlives any one of its processes); the executor's close ends it."""
+    /tmp before (a container's /tmp outlives any one of its processes)."""
     if not _private_tmp_expected():
         pytest.skip("no private temp root here (needs root, and a runtime Python outside the temp root)")
     name = f"kept-{uuid.uuid4().hex}.txt"

@@ -68,21 +68,100 @@ def test_the_default_is_one_warm_interpreter_per_six_cores_up_to_four(
     assert Executor(ExecutorConfig(warm_interpreters=4)).warm_interpreters == 4  # asked for: as asked
 
 
+def _cgroups(root: Path, own: str, files: dict[str, str]) -> tuple[str, str]:
+    """A fake ``/sys/fs/cgroup`` under ``root`` with ``files`` (path: content), and a ``/proc/self/cgroup``."""
+    mounts = root / "cgroup"
+    mounts.mkdir()
+    for path, content in files.items():
+        (mounts / path).parent.mkdir(parents=True, exist_ok=True)
+        (mounts / path).write_text(content + "\n")
+    (root / "self-cgroup").write_text(own)
+    return str(mounts), str(root / "self-cgroup")
+
+
 @pytest.mark.parametrize(
-    ("cpu_max", "cores"), [("max 100000", 8), ("200000 100000", 2), ("150000 100000", 2), ("50000 100000", 1)]
+    ("own", "files", "quota"),
+    [
+        ("0::/\n", {}, None),  # no cgroup files at all
+        ("0::/\n", {"cpu.max": "max 100000"}, None),
+        ("0::/\n", {"cpu.max": "200000 100000"}, 2.0),  # a container's own group, seen as the root
+        # a job's group under a slice: the slice's quota is the tighter one
+        ("0::/slice/job\n", {"slice/job/cpu.max": "400000 100000", "slice/cpu.max": "150000 100000"}, 1.5),
+        ("0::/slice/job\n", {"slice/job/cpu.max": "50000 100000", "slice/cpu.max": "max 100000"}, 0.5),
+        # the host's path, which does not exist in the container: its root holds the quota
+        ("0::/docker/abc\n", {"cpu.max": "300000 100000"}, 3.0),
+        # cgroup v1 (hybrid, as here): cpu,cpuacct by its path, then up to the root
+        (
+            "4:memory:/x\n2:cpu,cpuacct:/job\n0::/\n",
+            {"cpu,cpuacct/job/cpu.cfs_quota_us": "200000", "cpu,cpuacct/job/cpu.cfs_period_us": "100000"},
+            2.0,
+        ),
+        ("1:cpu:/\n", {"cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.cfs_period_us": "100000"}, None),
+        ("0::/\n", {"cpu.max": "garbage"}, None),
+    ],
 )
-def test_usable_cores_heed_a_cgroup_quota(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cpu_max: str, cores: int
+def test_the_cgroup_quota_is_the_tightest_of_the_group_and_its_ancestors(
+    tmp_path: Path, own: str, files: dict[str, str], quota: float | None
 ) -> None:
     """A container limited to two CPUs (``docker run --cpus 2``) on a big host sees all the host's CPUs in its
-    affinity; its ``cpu.max`` says how much it may use."""
+    affinity; its cgroup says how much it may use."""
+    from emulator.executor import cores
+
+    mounts, self_cgroup = _cgroups(tmp_path, own, files)
+    assert cores.cgroup_quota(mounts, self_cgroup) == quota
+
+
+@pytest.mark.parametrize(("quota", "cores"), [(None, 8), (2.0, 2), (1.5, 2), (0.5, 1), (20.0, 8)])
+def test_usable_cores_heed_the_quota(monkeypatch: pytest.MonkeyPatch, quota: float | None, cores: int) -> None:
     from emulator.executor import cores as cores_module
 
-    limit = tmp_path / "cpu.max"
-    limit.write_text(cpu_max + "\n")
     monkeypatch.setattr(cores_module.os, "sched_getaffinity", lambda _pid: set(range(8)))
-    monkeypatch.setattr(cores_module, "_cgroup_quota", lambda: cores_module._quota_in(str(limit)))
+    monkeypatch.setattr(cores_module, "cgroup_quota", lambda: quota)
     assert cores_module.usable_cores() == cores
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_a_close_during_the_first_starts_leaves_no_warm_interpreter_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The close waits for the starts under way, which then close what they started; a start that had not begun
+    never does (before, starts that waited for the first one's namespace ran after the close had returned)."""
+    from emulator.executor import zygote
+
+    real_start = zygote.Zygote.start
+    began: list[bool] = []
+    started: list[zygote.Zygote] = []
+    first = asyncio.Event()
+
+    async def spy(self: zygote.Zygote) -> None:
+        began.append(executor_closed[0])
+        started.append(self)
+        first.set()
+        await real_start(self)
+
+    monkeypatch.setattr(zygote.Zygote, "start", spy)
+    executor_closed = [False]
+
+    async def main() -> tuple[list[int], list[object]]:
+        executor = Executor(ExecutorConfig(warm_interpreters=3))
+        runs = [asyncio.ensure_future(_run(executor, "print(1)")) for _ in range(3)]
+        await first.wait()
+        await executor.aclose()
+        executor_closed[0] = True
+        alive = [z._proc.pid for z in started if z._proc is not None and _running(z._proc.pid)]
+        outcomes = await asyncio.gather(*runs, return_exceptions=True)
+        return alive, outcomes
+
+    alive, outcomes = asyncio.run(main())
+    assert alive == []
+    assert True not in began
+    assert all(isinstance(outcome, RuntimeError) for outcome in outcomes), outcomes
 
 
 def test_a_run_whose_warm_interpreter_cannot_start_goes_to_one_that_runs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -111,8 +190,11 @@ def test_a_run_whose_warm_interpreter_cannot_start_goes_to_one_that_runs(monkeyp
 def test_a_warm_interpreter_that_failed_to_start_is_left_alone_for_a_while(monkeypatch: pytest.MonkeyPatch) -> None:
     """Its runs go to the one that runs; the next runs are not each sent to try the start again first (before, half
     of them were, and a start that fails slowly, by its time-out, cost each of them that time)."""
+    from emulator.executor import executor as executor_module
     from emulator.executor import zygote
 
+    # Long enough that no second try can fall within the test, however slow the machine.
+    monkeypatch.setattr(executor_module, "_START_BACKOFF_FIRST", 3600.0)
     tries: list[int] = []
     real_start = zygote.Zygote.start
 
