@@ -356,15 +356,15 @@ class Executor:
         if self._sweep_timer is not None:
             self._sweep_timer.cancel()
             self._sweep_timer = None
-        for lock in self._locks:  # a start under way ends first (and closes what it started: we are closed)
-            if lock is not None:
-                async with lock:
-                    pass
         zygotes, self._zygotes = self._zygotes, [None] * len(self._zygotes)
         await asyncio.gather(*(zygote.aclose() for zygote in zygotes if zygote is not None))
         if self._tmp_ns is not None:  # with the last of its processes gone, the tmpfs goes
-            os.close(self._tmp_ns)
+            os.close(self._tmp_ns)  # a start under way has launched its zygote with it already, or never will
             self._tmp_ns = None
+        for lock in self._locks:  # a start under way ends (and closes what it started: we are closed)
+            if lock is not None:
+                async with lock:
+                    pass
         self._retry_kept_out()  # a last try for the uids kept out (descriptors are back now, most likely)
         if self._handing_back:
             await asyncio.gather(*self._handing_back, return_exceptions=True)
@@ -457,6 +457,8 @@ class Executor:
     async def _start_zygote(self) -> Zygote:
         """A new zygote, started: in the private temp root's namespace if there is one (the first to start makes it,
         while the others wait, then join it). A zygote that should be in it and is not is a failed start."""
+        if self._closed:
+            raise RuntimeError("executor is closed")
         env = {"PATH": self._path_env, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/nonexistent"}
         private = self.config.private_tmp and self.config.temp_root is None and os.geteuid() == 0
         root = tempfile.gettempdir() if private else None

@@ -327,7 +327,12 @@ class Zygote:
             self._ready.set_exception(ZygoteLost(why))
             self._ready.exception()
         pending, self._pending = self._pending, {}
-        self.orphaned_workdirs = [item.workdir for item in pending.values() if item.workdir is not None]
+        # Only a run that may have started has its dir made (a run never sent whole is tried again under its name).
+        self.orphaned_workdirs = [
+            item.workdir
+            for item in pending.values()
+            if item.workdir is not None and (item.pid is not None or item.frame_end <= self._written)
+        ]
         for item in pending.values():
             if item.pid is not None and item.pid > 0:
                 # Children get SIGKILL via PDEATHSIG; this also reaches their groups.

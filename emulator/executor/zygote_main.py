@@ -687,8 +687,7 @@ def _private_tmp(root: str, join: int = -1) -> str | None:
         answer = os.read(status_r, 4096).decode("utf-8", "replace")
         if answer != "ok":
             code, _, why = answer.partition("\n")
-            # Not allowed here (no CAP_SYS_ADMIN in this container, no mount namespaces in this kernel): for good.
-            _State.private_tmp_never = code.isdigit() and int(code) in _NEVER_ERRNOS
+            _State.private_tmp_never = _never(code)
             return why or "the namespace helper died"
         host = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         private = os.open(f"/proc/{helper}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
@@ -707,8 +706,17 @@ def _private_tmp(root: str, join: int = -1) -> str | None:
         os.waitpid(helper, 0)
 
 
-#: Errors of unshare and mount that no later try would escape.
-_NEVER_ERRNOS = frozenset({errno.EPERM, errno.EACCES, errno.ENOSYS, errno.EINVAL})
+#: Errors of the namespace's making that pass (descriptors, memory, processes run out for a while): a later start
+#: may make it. Any other (not allowed, no mount namespaces left, no tmpfs in this kernel) stays.
+_PASSING_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN, errno.EINTR})
+
+
+def _never(code: str) -> bool:
+    """Whether a failure to make the namespace, reported as its errno (``""`` or ``"0"``: none, the helper died or
+    failed otherwise), would fail again at every later start."""
+    return code.isdigit() and int(code) != 0 and int(code) not in _PASSING_ERRNOS
+
+
 #: ``statfs``'s ``f_type`` of a tmpfs.
 _TMPFS_MAGIC = 0x01021994
 
@@ -1915,10 +1923,18 @@ def _serve_setup(sock_fd: int) -> None:
             "executable": sys.executable,
             "private_tmp": _State.private_tmp_error or True,
             "private_tmp_never": _State.private_tmp_never,
-            "mnt_ns": os.stat("/proc/self/ns/mnt").st_ino,
+            "mnt_ns": _mnt_ns() if _State.host_ns >= 0 else 0,
         }
     )
     _flush()
+
+
+def _mnt_ns() -> int:
+    """The inode of our mount namespace (0: unknown)."""
+    try:
+        return os.stat("/proc/self/ns/mnt").st_ino
+    except OSError:
+        return 0
 
 
 def _poll() -> list[tuple[int, int]]:

@@ -9,12 +9,12 @@ root; without it the work dirs stay on the host's temp root.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import resource
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -483,36 +483,121 @@ print(os.stat("/proc/self/ns/mnt").st_ino == before)
 """
 
 
-@pytest.mark.parametrize("which", ["host", "no tmpfs"])
+_HOLDER = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.unshare(0x20000) == 0
+assert libc.mount(b"none", b"/", None, 16384 | (1 << 18), None) == 0  # --make-rprivate /
+if sys.argv[1] != "none":
+    assert libc.mount(sys.argv[1].encode(), sys.argv[2].encode(), sys.argv[1].encode(), 0, None) == 0
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.parametrize("which", ["host", "nothing mounted", "ramfs", "tmpfs"])
 def test_a_namespace_without_the_private_tmpfs_is_never_joined(which: str) -> None:
     """The sweep removes what is old in the private temp root; a warm interpreter that joined the host's namespace,
-    or one with no tmpfs there, would sweep the host's /tmp. It refuses and stays where it was."""
+    or one with no tmpfs there (nothing mounted: the host's /tmp; or another file system), would sweep what is not
+    its own. It refuses and stays where it was; a namespace with a tmpfs there it joins."""
     if os.geteuid() != 0:
         pytest.skip("joining a mount namespace needs root")
     import subprocess
 
     here = str(Path(__file__).resolve().parents[3])
+    root = os.path.realpath(tempfile.gettempdir())
     holder = None
     if which == "host":
         ns = "/proc/self/ns/mnt"
-    else:  # a namespace of its own, with nothing mounted at the temp root
-        unshare = "import ctypes, sys\nassert ctypes.CDLL(None).unshare(0x20000) == 0\nsys.stdin.read()\n"
-        holder = subprocess.Popen([sys.executable, "-c", unshare], stdin=subprocess.PIPE)
+    else:
+        kind = {"nothing mounted": "none", "ramfs": "ramfs", "tmpfs": "tmpfs"}[which]
+        holder = subprocess.Popen(
+            [sys.executable, "-c", _HOLDER, kind, root], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
         ns = f"/proc/{holder.pid}/ns/mnt"
-        deadline = time.monotonic() + 10
-        while os.stat(ns).st_ino == os.stat("/proc/self/ns/mnt").st_ino:
-            assert time.monotonic() < deadline, "unshare did not make its namespace"
-            time.sleep(0.005)
     try:
-        code = _JOIN.format(here=here, ns=ns, root=os.path.realpath(tempfile.gettempdir()))
+        code = _JOIN.format(here=here, ns=ns, root=root)
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     finally:
         if holder is not None:
-            holder.communicate(timeout=10)
+            holder.communicate("", timeout=10)
     assert out.returncode == 0, out.stderr
     why, stayed = out.stdout.splitlines()
     if which == "host":
-        assert why == "the namespace to join is the host's"
+        assert (why, stayed) == ("the namespace to join is the host's", "True")
+    elif which == "tmpfs":
+        assert (why, stayed) == ("None", "False")
     else:
-        assert why == f"the namespace to join has no tmpfs at {os.path.realpath(tempfile.gettempdir())}"
-    assert stayed == "True"
+        assert (why, stayed) == (f"the namespace to join has no tmpfs at {root}", "True")
+
+
+@pytest.mark.parametrize(
+    ("code", "never"),
+    [
+        *((str(number), True) for number in (errno.EPERM, errno.EACCES, errno.ENOSPC, errno.ENODEV, errno.EINVAL)),
+        *((str(number), False) for number in (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN)),
+        ("0", False),
+        ("", False),
+    ],
+)
+def test_only_a_lasting_failure_to_make_the_namespace_is_for_good(code: str, never: bool) -> None:
+    """EPERM, EACCES, ENOSPC (no mount namespaces left to this user), ENODEV (no tmpfs), EINVAL stay; EMFILE,
+    ENFILE, ENOMEM, EAGAIN pass, as does a helper that died without a word."""
+    from emulator.executor import zygote_main
+
+    assert zygote_main._never(code) is never
+
+
+_NO_NAMESPACES_LEFT = """
+import asyncio, os, sys
+sys.path.insert(0, {here!r})
+from emulator.executor import ExecutionRequest, Executor, ExecutorConfig
+
+async def one(executor):
+    with executor.deferred_workdir() as wd:
+        script = wd.new_script(".py")
+        wd.write_file(os.path.basename(script), b"print('ran')")
+        setup = wd.setup()
+        request = ExecutionRequest(
+            argv=[executor.config.python, script], cwd=wd.path, timeout=30, python_script=script, setup=setup
+        )
+        result = await executor.run(request)
+        wd.complete(result.files, result.workdir_removed)
+        return result
+
+async def main():
+    executor = Executor(ExecutorConfig(warm_interpreters=2, sandbox_uid=0))
+    try:
+        for _ in range(3):
+            result = await one(executor)
+            print(result.status, repr(result.stdout), repr((result.stderr or "")[:200]))
+        print("private:", executor.private_tmp)
+    finally:
+        await executor.aclose()
+
+asyncio.run(main())
+"""
+
+
+def test_a_lasting_failure_to_make_the_private_temp_root_leaves_every_run_on_the_hosts() -> None:
+    """A user namespace whose mount namespaces are all used up (``user.max_mnt_namespaces`` 0, a hardening setting):
+    unshare fails with ENOSPC at every try. Every run goes on, on the host's temp root, as where there is no root
+    (it was taken for a passing failure: every run an error, each after a start)."""
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and util-linux's unshare")
+    here = str(Path(__file__).resolve().parents[3])
+    script = "echo 0 > /proc/sys/user/max_mnt_namespaces && exec " + sys.executable + ' -c "$0"'
+    out = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--fork", "sh", "-c", script, _NO_NAMESPACES_LEFT.format(here=here)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    *runs, private = out.stdout.splitlines()
+    assert runs == ["Finished 'ran\\n' ''"] * 3, out.stdout + out.stderr
+    assert private == "private: None"

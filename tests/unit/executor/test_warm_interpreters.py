@@ -164,6 +164,56 @@ def test_a_close_during_the_first_starts_leaves_no_warm_interpreter_behind(monke
     assert all(isinstance(outcome, RuntimeError) for outcome in outcomes), outcomes
 
 
+def test_a_close_ends_the_running_programs_before_it_waits_for_a_slow_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start may take up to half a minute to fail; the programs of the warm interpreters already running must not
+    run on for that long after the close has begun (nor at all, were the close cancelled meanwhile)."""
+    from emulator.executor import zygote
+
+    real_start = zygote.Zygote.start
+    release = asyncio.Event()
+    second_waiting = asyncio.Event()
+    calls: list[int] = []
+
+    async def second_is_slow(self: zygote.Zygote) -> None:
+        calls.append(1)
+        if len(calls) > 1:
+            second_waiting.set()
+            await release.wait()
+        await real_start(self)
+
+    monkeypatch.setattr(zygote.Zygote, "start", second_is_slow)
+
+    async def main() -> tuple[bool, bool]:
+        executor = Executor(ExecutorConfig(warm_interpreters=2))
+        long_run = asyncio.ensure_future(_run(executor, "import time\ntime.sleep(60)\n"))
+        program = None
+        for _ in range(3000):  # until the first warm interpreter reports the program started
+            first = executor._zygotes[0]
+            started = [p.pid for p in first._pending.values() if p.pid is not None] if first is not None else []
+            if started:
+                program = started[0]
+                break
+            await asyncio.sleep(0.01)
+        assert program is not None, "the long program never started"
+        waiting_run = asyncio.ensure_future(_run(executor, "print(1)"))  # to the second, which starts slowly
+        await second_waiting.wait()
+        closing = asyncio.ensure_future(executor.aclose())
+        for _ in range(500):  # 5 s at most: the run's own time-out (10 s) would end it later
+            if not _running(program):
+                break
+            await asyncio.sleep(0.01)
+        ended_during_the_start = not _running(program)
+        close_waited = not closing.done()
+        release.set()
+        await closing
+        await asyncio.gather(long_run, waiting_run, return_exceptions=True)
+        return ended_during_the_start, close_waited
+
+    ended, waited = asyncio.run(main())
+    assert ended  # before, it ran until the slow start was over
+    assert waited  # and the close still waited for that start, which closes what it started
+
+
 def test_a_run_whose_warm_interpreter_cannot_start_goes_to_one_that_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     from emulator.executor import zygote
 
