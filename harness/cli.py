@@ -86,6 +86,7 @@ def _executor_config(args: argparse.Namespace) -> object:
 def _serve(args: argparse.Namespace) -> int:
     from emulator.app import Emulator, EmulatorConfig
     from emulator.executor import ExecutorConfig
+    from emulator.executor.cores import warm_interpreters
     from emulator.faults import FaultPlanError
     from emulator.server import serve_forever
     from harness.runtime import python_problem
@@ -126,7 +127,9 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"Sandbox Fusion  {base}/run_code  {base}/run_jupyter  {base}/v1/ping", flush=True)
         print(f"Daytona         DAYTONA_API_URL={base}/api DAYTONA_API_KEY={daytona_key}", flush=True)
         print(f"Control plane   {base}/_emulator/  (health, reset, faults, journal, stats, decisions)", flush=True)
-        print(f"Python runtime  {emulator.python} ({args.python_mode} path)", flush=True)
+        warm = warm_interpreters(executor_config.warm_interpreters)
+        interpreters = f"{warm} warm interpreter{'s' if warm > 1 else ''}"
+        print(f"Python runtime  {emulator.python} ({args.python_mode} path, {interpreters})", flush=True)
         if args.faults:
             print(f"Fault plan      {args.faults}", flush=True)
 

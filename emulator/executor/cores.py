@@ -30,6 +30,11 @@ def default_warm_interpreters(cores: int) -> int:
     return max(1, min(MOST_WARM_INTERPRETERS_BY_DEFAULT, cores // CORES_PER_WARM_INTERPRETER))
 
 
+def warm_interpreters(asked: int | None) -> int:
+    """How many warm interpreters an executor starts: as many as asked, or (None) the default for the usable cores."""
+    return asked if asked is not None else default_warm_interpreters(usable_cores())
+
+
 def cgroup_quota(mounts: str = "/sys/fs/cgroup", own: str = "/proc/self/cgroup") -> float | None:
     """The tightest CPU quota, in cores, of this process's cgroup and its ancestors; None for none.
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import start_gate
 from .capture import decode_output
-from .cores import default_warm_interpreters, usable_cores
+from .cores import warm_interpreters
 from .holders import HOLDERS
 from .model import ExecutionRequest, ExecutionResult, ExecutorConfig
 from .sweep import sweep_uid_async
@@ -191,10 +191,7 @@ class Executor:
         self._nest: str | None = None
         runtime_bin = os.path.dirname(os.path.abspath(self.config.python))
         self._path_env = f"{runtime_bin}:{_SYSTEM_PATH}"
-        warm = self.config.warm_interpreters
-        if warm is None:
-            warm = default_warm_interpreters(usable_cores())
-        self._zygotes: list[Zygote | None] = [None] * warm
+        self._zygotes: list[Zygote | None] = [None] * warm_interpreters(self.config.warm_interpreters)
         # The mount namespace with the private temp root (an fd, which keeps it, its tmpfs and what is in it, alive),
         # made by the first zygote to start and joined by every later one: one /tmp for all, as in a container.
         self._tmp_ns: int | None = None

@@ -99,6 +99,9 @@ def test_serve_forks_from_as_many_warm_interpreters_as_asked() -> None:
     proc = _serve("--warm-interpreters", "2")
     try:
         base = _base(proc)
+        assert proc.stdout is not None
+        banner = [proc.stdout.readline() for _ in range(3)]
+        assert banner[2].startswith("Python runtime") and banner[2].endswith("(fast path, 2 warm interpreters)\n")
         code = "import os, time\nprint(os.getppid())\ntime.sleep(0.5)"
         request = {"code": code, "language": "python"}
         with concurrent.futures.ThreadPoolExecutor(4) as pool:

@@ -61,9 +61,9 @@ def test_the_default_is_one_warm_interpreter_per_six_cores_up_to_four(
     monkeypatch: pytest.MonkeyPatch, cores: int, warm: int
 ) -> None:
     """They share one private /tmp, so more can be the default where the cores are there to use them."""
-    from emulator.executor import executor as executor_module
+    from emulator.executor import cores as cores_module
 
-    monkeypatch.setattr(executor_module, "usable_cores", lambda: cores)
+    monkeypatch.setattr(cores_module, "usable_cores", lambda: cores)
     assert Executor().warm_interpreters == warm
     assert Executor(ExecutorConfig(warm_interpreters=4)).warm_interpreters == 4  # asked for: as asked
 
