@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.paths import FIXTURES
+
 __all__ = [
     "REGRESSIONS_DIR",
     "Regression",
@@ -23,7 +25,7 @@ __all__ = [
 ]
 
 #: The repository's regression directory (``fixtures/chaos/regressions`` beside the packages).
-REGRESSIONS_DIR = Path(__file__).resolve().parents[2] / "fixtures" / "chaos" / "regressions"
+REGRESSIONS_DIR = FIXTURES / "chaos" / "regressions"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 

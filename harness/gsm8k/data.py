@@ -19,9 +19,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from harness.paths import FIXTURES
+
 #: GSM8K problems written for this project (see ``fixtures/gsm8k/README.md``). Resolved from the repository
 #: checkout: the file is not packaged into the wheel.
-BUNDLED_PROBLEMS = Path(__file__).resolve().parents[2] / "fixtures" / "gsm8k" / "problems.jsonl"
+BUNDLED_PROBLEMS = FIXTURES / "gsm8k" / "problems.jsonl"
 
 #: The ``data_source`` verl's reward dispatch maps to its strict GSM8K scorer.
 DATA_SOURCE = "openai/gsm8k"

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import yaml
 
+from harness.paths import FIXTURES
 from harness.reference.normalize import NORMALIZERS
 
 SERVICES = ("sandbox-fusion", "daytona")
@@ -33,8 +34,8 @@ class SuiteError(ValueError):
 
 
 def default_fixtures_dir() -> Path:
-    """``fixtures/reference`` of the source checkout this package lives in."""
-    return Path(__file__).resolve().parents[2] / "fixtures" / "reference"
+    """``fixtures/reference`` (of the checkout, or the copy installed with the package)."""
+    return FIXTURES / "reference"
 
 
 def default_suite_path() -> Path:

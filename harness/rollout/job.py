@@ -37,16 +37,16 @@ from emulator.faults.plan import parse_latency
 from emulator.server import EmulatorServer, quiet_reset_log
 from harness.gsm8k.data import BUNDLED_PROBLEMS, Problem, load_problems, prompt_messages
 from harness.gsm8k.policy import ScriptedGSM8KPolicy, choose_variant, final_turn, run_offline
+from harness.paths import FIXTURES
 from harness.rollout.dump import build_entries, decode_sample, step_path, write_step
 from harness.rollout.lockstep import TRAJECTORY_INDEX, LockstepServerManager, TurnBarrier
 from harness.rollout.recording import CallLog, RecordingTool, ToolCallRecord
 from harness.runtime import python_problem
 from harness.urls import unreachable, url_problem
 
-ROOT = Path(__file__).resolve().parents[2]
 TOOL_CONFIGS = {
-    "sandbox-fusion": ROOT / "fixtures" / "tools" / "sandbox_fusion_tool_config.yaml",
-    "daytona": ROOT / "fixtures" / "tools" / "daytona_tool_config.yaml",
+    "sandbox-fusion": FIXTURES / "tools" / "sandbox_fusion_tool_config.yaml",
+    "daytona": FIXTURES / "tools" / "daytona_tool_config.yaml",
 }
 BACKENDS = tuple(TOOL_CONFIGS)
 MODES = ("async", "sync")
