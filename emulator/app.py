@@ -29,6 +29,7 @@ from emulator.daytona.service import DaytonaService
 from emulator.executor import Executor, ExecutorConfig
 from emulator.executor.zygote import ZygoteLost
 from emulator.faults import Clock, FaultEngine, FaultPlan, FaultPlanError, RealClock, load_plan, profile_names
+from emulator.faults.replay import ReplayEngine
 from emulator.fd_limit import raise_open_file_limit
 from emulator.gate import FaultGate
 from emulator.journal import Journal
@@ -99,8 +100,16 @@ class Emulator:
     def python(self) -> str:
         return self.config.executor.python
 
+    @property
+    def replaying(self) -> bool:
+        """Whether a decision log is replayed (a ``ReplayEngine`` in place of the fault engine): no plan then."""
+        return isinstance(self.engine, ReplayEngine)
+
     def set_faults(self, faults: PlanSpec) -> FaultPlan:
-        """Replace the fault plan (counters restart, so decisions replay from the start)."""
+        """Replace the fault plan (counters restart, so decisions replay from the start). During a replay there is no
+        plan to replace: ``RuntimeError``."""
+        if self.replaying:
+            raise RuntimeError(_REPLAYING)
         plan = _to_plan(faults)
         self.engine.set_plan(plan)
         return plan
@@ -212,9 +221,13 @@ class Emulator:
             return json_response({"reset": True})
 
         async def get_faults(request: Request) -> Response:
+            if self.replaying:
+                return json_response({"error": _REPLAYING}, status=409)
             return json_response(self.engine.plan.to_dict())
 
         async def put_faults(request: Request) -> Response:
+            if self.replaying:
+                return json_response({"error": _REPLAYING}, status=409)
             raw = await request.body()
             try:
                 data = json.loads(raw) if raw.strip() else None
@@ -251,6 +264,9 @@ class Emulator:
         app.router.add_route("/_emulator/journal", journal, methods=["GET"])
         app.router.add_route("/_emulator/stats", stats, methods=["GET"])
         app.router.add_route("/_emulator/decisions", decisions, methods=["GET"])
+
+
+_REPLAYING = "the emulator replays a decision log: its faults come from the log, there is no fault plan"
 
 
 def _server_error(exc: Exception) -> Response:

@@ -49,3 +49,25 @@ def test_a_route_glob_that_matches_nothing_is_refused_in_process() -> None:
         )
     plan = Emulator().set_faults({"rules": [{"route": ["sandbox_fusion.*", "daytona.toolbox.*"], "fault": 503}]})
     assert plan.rules[0].route == "sandbox_fusion.*|daytona.toolbox.*"
+
+
+def test_during_a_replay_there_is_no_plan_to_show_or_replace() -> None:
+    """``--chaos-replay`` puts a ``ReplayEngine`` in the fault engine's place: the control plane says so (409), where
+    it answered 500 with a traceback (the replay has no ``plan``), and ``set_faults`` says so too."""
+    from emulator.faults.replay import ReplayEngine
+
+    emulator = Emulator()
+    emulator.engine = emulator.gate.engine = ReplayEngine([], clock=emulator.clock)  # type: ignore[assignment]
+    assert emulator.replaying
+    with EmulatorServer(emulator) as server:
+        url = server.url + "/_emulator/faults"
+        shown, replaced = requests.get(url, timeout=10), requests.put(url, json={"profile": "flaky"}, timeout=10)
+        health = requests.get(server.url + "/_emulator/health", timeout=10)
+    for answer in (shown, replaced):
+        assert answer.status_code == 409
+        assert answer.json() == {
+            "error": "the emulator replays a decision log: its faults come from the log, there is no fault plan"
+        }
+    assert health.status_code == 200
+    with pytest.raises(RuntimeError, match="replays a decision log"):
+        emulator.set_faults({"rules": []})
