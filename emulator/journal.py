@@ -82,6 +82,10 @@ def retry_after_detail(headers: Iterable[tuple[str, str]]) -> dict[str, float]:
 DEFAULT_MAX_ENTRIES = 200_000
 
 
+#: What ``Journal.counts`` may count entries by.
+_COUNTABLE = frozenset({f.name for f in fields(JournalEntry)} | {"duration"})
+
+
 class Journal:
     """Thread-safe append-only log of requests plus live in-flight counters.
 
@@ -169,7 +173,9 @@ class Journal:
             return sum(v for k, v in self._in_flight.items() if route is None or _route_matches(k, route))
 
     def counts(self, by: str = "outcome", route: str | None = None) -> dict[str, int]:
-        """Count entries by a field: ``outcome``, ``status``, ``fault`` or ``route``."""
+        """Count entries by a field: ``outcome``, ``status``, ``fault``, ``route`` or any other of an entry's."""
+        if by not in _COUNTABLE:
+            raise ValueError(f"cannot count journal entries by {by!r}: one of {', '.join(sorted(_COUNTABLE))}")
         counter: Counter[str] = Counter(str(getattr(e, by)) for e in self.entries(route))
         return dict(counter)
 
