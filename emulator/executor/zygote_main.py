@@ -689,17 +689,11 @@ def _private_tmp(root: str, join: int = -1) -> str | None:
             code, _, why = answer.partition("\n")
             _State.private_tmp_never = _never(code)
             return why or "the namespace helper died"
-        host = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
-        private = os.open(f"/proc/{helper}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         try:
-            _check(_libc.setns(private, _CLONE_NEWNS), "setns")
+            private = os.open(f"/proc/{helper}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
-            os.close(host)
             return str(exc)
-        finally:
-            os.close(private)
-        _State.host_ns = host
-        return None
+        return _join_private_tmp(real, private)  # with the same checks as a namespace made by another
     finally:
         os.close(status_r)
         os.close(hold_w)
