@@ -54,5 +54,6 @@ def test_runs_are_sampled_and_a_waiting_child_copies_what_they_wrote_before_it_s
 
     first, plain, waited = loop.run_until_complete(scenario())
     assert [(r.return_code, r.stdout) for r in first] == [(i % 4, f"{i}\n") for i in range(40)]
-    # Its run copied most of its pages during the wait: far fewer faults once started.
-    assert sorted(waited)[2] * 2 < sorted(plain)[2], (plain, waited)
+    # Its run copied most of its pages during the wait: fewer faults once started, in every run. (How many fewer is
+    # the machine's: about a third of a plain run's faults on a 2-core VM, a half to two thirds on a 16-core machine.)
+    assert max(waited) < min(plain), (plain, waited)
