@@ -270,8 +270,9 @@ _REPLAYING = "the emulator replays a decision log: its faults come from the log,
 
 
 def _server_error(exc: Exception) -> Response:
-    """The real server's global handler: HTTP 500 with the message and the formatted traceback."""
-    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    """The real server's global handler: HTTP 500 with the message and the formatted traceback, split at its newlines
+    (``traceback.format_exc().split('\\n')``: one line per item, an empty one last)."""
+    lines = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).split("\n")
     return json_response({"detail": str(exc), "traceback": lines}, status=500)
 
 

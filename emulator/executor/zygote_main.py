@@ -560,10 +560,11 @@ def _plan_rlimits(plan: _Plan, req: dict[str, Any]) -> None:
         for res in (resource.RLIMIT_AS, resource.RLIMIT_DATA, resource.RLIMIT_STACK):
             _soft, hard = resource.getrlimit(res)
             # The real server cannot raise a hard limit (no CAP_SYS_RESOURCE in its container),
-            # so a request above the hard limit fails in preexec_fn.
+            # so a request above the hard limit fails in preexec_fn. It sets the soft limit alone:
+            # the program may raise it again, up to the hard limit it inherited.
             if hard != resource.RLIM_INFINITY and memory > hard:
                 plan.failure = "memory limit above hard rlimit"
-            out.append((res, (memory, memory)))
+            out.append((res, (memory, hard)))
         if req["mode"] == "python":
             page = resource.getpagesize()
             size = max(memory, 16384)

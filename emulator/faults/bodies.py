@@ -43,6 +43,12 @@ FAULT_LABEL_HEADER = "X-Emulator-Fault"
 GATEWAY_STATUSES = frozenset({429, 502, 503, 504})
 
 
+def _compact(payload: Any) -> str:
+    """JSON as the real services write it: no spaces (Starlette's JSONResponse, NestJS and Go alike), non-ASCII as
+    UTF-8."""
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+
+
 def reason_phrase(status: int) -> str:
     """Return the standard reason phrase, or ``"Unknown"`` for non-standard codes."""
     try:
@@ -73,10 +79,10 @@ def gateway_html(status: int) -> str:
 
 # Recorded: Sandbox Fusion's global exception handler answers 500 with
 # ``{"detail": str(exc), "traceback": [...]}`` (sandbox_fusion.md §1.5, last table row).
-SANDBOX_FUSION_500_BODY = json.dumps(
+SANDBOX_FUSION_500_BODY = _compact(
     {
         "detail": "injected fault: internal server error",
-        "traceback": ["Traceback (most recent call last):\n", "RuntimeError: injected fault\n"],
+        "traceback": ["Traceback (most recent call last):", "RuntimeError: injected fault", ""],
     }
 )
 
@@ -121,16 +127,16 @@ def sandbox_error_body(message: str = SANDBOX_ERROR_MESSAGE, route: str = "sandb
             "executor_pod_name": None,
             "files": {},
         }
-    return json.dumps(body)
+    return _compact(body)
 
 
 # Plausible, unverified: a 200 whose JSON was cut mid-object (what a client sees when a proxy
 # or a crashing worker truncates the stream but the status line already went out).
-MALFORMED_JSON_BODY = '{"status": "Success", "message": "", "compile_result": null, "run_result": {"status": "Fini'
+MALFORMED_JSON_BODY = '{"status":"Success","message":"","compile_result":null,"run_result":{"status":"Fini'
 
 # Recorded (source-derived): Daytona's NestJS throttler 429 body (daytona.md, "Rate limiting").
 # The real envelope also carries ``path`` and ``timestamp``: the HTTP layer adds them (``with_request_fields``).
-DAYTONA_429_BODY = json.dumps(
+DAYTONA_429_BODY = _compact(
     {"statusCode": 429, "message": "ThrottlerException: Too Many Requests", "error": "Too Many Requests"}
 )
 
@@ -162,13 +168,13 @@ def default_status_response(status: int, route: str) -> tuple[str, dict[str, str
         return DAYTONA_429_BODY, {"Content-Type": JSON_CONTENT_TYPE}
     if route.startswith("daytona.") and status >= 400:
         # Daytona's error envelope (daytona.md, "Real API error envelope"); the HTTP layer adds path and timestamp.
-        body = json.dumps({"statusCode": status, "error": reason_phrase(status), "message": "injected fault"})
+        body = _compact({"statusCode": status, "error": reason_phrase(status), "message": "injected fault"})
         return body, {"Content-Type": JSON_CONTENT_TYPE}
     if status in GATEWAY_STATUSES:
         return gateway_html(status), {"Content-Type": HTML_CONTENT_TYPE}
     if status == 500:
         return SANDBOX_FUSION_500_BODY, {"Content-Type": JSON_CONTENT_TYPE}
-    return json.dumps({"detail": reason_phrase(status)}), {"Content-Type": JSON_CONTENT_TYPE}
+    return _compact({"detail": reason_phrase(status)}), {"Content-Type": JSON_CONTENT_TYPE}
 
 
 def now_iso() -> str:
@@ -192,4 +198,4 @@ def with_request_fields(body: str, status: int, route: str, path: str, method: s
     envelope["timestamp"] = now_iso()
     if not route.startswith("daytona.sandbox"):
         envelope["method"] = method
-    return json.dumps(envelope)
+    return _compact(envelope)

@@ -2,7 +2,8 @@
 
 The answer has the recorded shape: a ``driver`` command result, one entry per cell (stdout, stderr, display,
 error) and fetched files. As on the real server, a cell that raises still gives top-level ``Success``; a driver
-that does not finish (``total_timeout``) gives ``Failed`` with no cells.
+that does not finish within ``total_timeout`` plus ten seconds gives ``Failed`` with no cells. ``cell_timeout`` and
+``memory_limit_MB`` are taken and ignored, as upstream's driver and runner do.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from emulator.sandbox_fusion.models import (
 )
 from emulator.sandbox_fusion.runners import collect_files, restore_files, to_command_result, tool_path
 
+#: Upstream runs the driver with ``run_timeout=total_timeout + 10``.
+_DRIVER_GRACE_S = 10.0
 _DRIVER_SOURCE = resources.files("emulator.sandbox_fusion").joinpath("jupyter_driver.py").read_bytes()
 
 
@@ -54,15 +57,16 @@ class JupyterRunner:
                     ExecutionRequest(
                         argv=[self._python, script],
                         cwd=workdir.path,
-                        timeout=request.total_timeout,
-                        memory_limit_mb=request.memory_limit_MB,
+                        # As upstream: the driver gets ten seconds more than total_timeout, and no memory limit
+                        # (the request's memory_limit_MB never reaches its command).
+                        timeout=request.total_timeout + _DRIVER_GRACE_S,
                         extra_env={"PATH": self._path},
                         python_script=script,
                         setup=workdir.setup(),
                     )
                 )
                 workdir.complete(result.files, result.workdir_removed)
-                driver = to_command_result(result)
+                driver = to_command_result(result, "python main.py")  # upstream's driver command
                 response.driver = driver
                 if driver.status != CommandRunStatus.Finished or driver.return_code != 0:
                     response.status = RunStatus.Failed

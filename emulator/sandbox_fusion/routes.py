@@ -32,7 +32,7 @@ def json_response(payload: Any, status: int = 200, headers: dict[str, str] | Non
 
 
 def invalid_response(exc: RequestInvalid) -> Response:
-    return json_response({"detail": exc.detail}, status=422)
+    return json_response({"detail": exc.detail}, status=exc.status)
 
 
 class SandboxFusionService:

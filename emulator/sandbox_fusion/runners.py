@@ -43,6 +43,7 @@ class LanguageSpec:
     run: str
     compile: str | None = None
     file_name: str | None = None  # a fixed file name (Java's Main.java) instead of a temp name
+    opening_tag: str | None = None  # put before code that does not start with it (PHP's ``<?php``)
 
 
 LANGUAGE_SPECS: dict[str, LanguageSpec] = {
@@ -60,7 +61,7 @@ LANGUAGE_SPECS: dict[str, LanguageSpec] = {
     "nodejs": LanguageSpec(".js", "node {file}"),
     "typescript": LanguageSpec(".ts", "tsx {file}"),
     "jest": LanguageSpec(".test.ts", "npm run test"),
-    "php": LanguageSpec(".php", "php -f {file}"),
+    "php": LanguageSpec(".php", "php -f {file}", opening_tag="<?php"),
     "csharp": LanguageSpec(".cs", "dotnet run --project {dir}", file_name="Program.cs"),
     "rust": LanguageSpec(".rs", "./test", compile="rustc {file} -o test"),
     "bash": LanguageSpec(".sh", "/bin/bash {file}"),
@@ -77,6 +78,16 @@ LANGUAGE_SPECS: dict[str, LanguageSpec] = {
     "swift": LanguageSpec(".swift", "./test.out", compile="swiftc {file} -o test.out"),
     "racket": LanguageSpec(".rkt", "racket {file}"),
 }  # fmt: skip
+
+
+def _source(spec: LanguageSpec, code: str) -> str:
+    """The file the real server writes: PHP's code stripped of leading blanks and opened with ``<?php`` when it
+    is not already (upstream's ``ensure_php_tag_in_string``)."""
+    if spec.opening_tag is None:
+        return code
+    code = code.lstrip()
+    return code if code.startswith(spec.opening_tag) else f"{spec.opening_tag}\n{code}"
+
 
 #: Optional g++ link flags the real server adds when the libraries are present (probed once).
 _CPP_OPTIONAL_FLAGS = ("-lcrypto", "-lssl", "-lpthread")
@@ -109,12 +120,16 @@ def parse_run_status(
     return RunStatus.Success, ""
 
 
-def command_payload(result: ExecutionResult) -> Payload:
+def command_payload(result: ExecutionResult, command: str) -> Payload:
     """Executor result -> a CommandRunResult as it goes on the wire (Error carries no timing or return code, as on
     the real server). Built by hand, key order and all: the model's construction and dump cost more than the rest of
-    the answer's path in the server, on every request."""
+    the answer's path in the server, on every request.
+
+    ``command`` is the command line the real server would have run: its ``run_command_bare`` answers a failure to
+    start (a ``preexec_fn`` that raised, a fork refused) with the exception in a message naming it."""
     if result.status == "Error":
-        return {"status": "Error", "execution_time": None, "return_code": None, "stdout": None, "stderr": result.stderr}
+        stderr = f"exception on running command {command}: {result.stderr} | None"
+        return {"status": "Error", "execution_time": None, "return_code": None, "stdout": None, "stderr": stderr}
     return {
         "status": CommandRunStatus(result.status).value,
         "execution_time": result.execution_time,
@@ -124,9 +139,9 @@ def command_payload(result: ExecutionResult) -> Payload:
     }
 
 
-def to_command_result(result: ExecutionResult) -> CommandRunResult:
+def to_command_result(result: ExecutionResult, command: str) -> CommandRunResult:
     """Executor result -> wire model (see :func:`command_payload`)."""
-    return CommandRunResult.model_validate(command_payload(result))
+    return CommandRunResult.model_validate(command_payload(result, command))
 
 
 def restore_files(workdir: Workdir | DeferredWorkdir, files: dict[str, str | None]) -> None:
@@ -215,7 +230,7 @@ class CodeRunner:
                 code_path = os.path.join(workdir.path, spec.file_name)
             else:
                 code_path = workdir.new_script(spec.suffix)
-            workdir.write_file(os.path.basename(code_path), request.code.encode())
+            workdir.write_file(os.path.basename(code_path), _source(spec, request.code).encode())
             fields = {
                 "file": code_path,
                 "dir": workdir.path,
@@ -225,17 +240,19 @@ class CodeRunner:
             env = {"PATH": self._path}
             compile_result: Payload | None = None
             if spec.compile is not None:
+                compile_command = spec.compile.format(**fields)
                 compile_result = command_payload(
                     await self._executor.run(
                         ExecutionRequest(
-                            argv=[BASH, "-c", spec.compile.format(**fields)],
+                            argv=[BASH, "-c", compile_command],
                             cwd=workdir.path,
                             timeout=request.compile_timeout,
                             stdin=None,
                             memory_limit_mb=request.memory_limit_MB,
                             extra_env=env,
                         )
-                    )
+                    ),
+                    compile_command,
                 )
             run_result: Payload | None = None
             compiled = compile_result is None or (
@@ -243,7 +260,8 @@ class CodeRunner:
             )
             if compiled:
                 is_python = spec.run == "python {file}"
-                argv = [self._python, code_path] if is_python else [BASH, "-c", spec.run.format(**fields)]
+                run_command = spec.run.format(**fields)
+                argv = [self._python, code_path] if is_python else [BASH, "-c", run_command]
                 setup = None
                 if isinstance(workdir, DeferredWorkdir):
                     workdir.fetch = list(dict.fromkeys(request.fetch_files))  # each name read and sent once
@@ -262,7 +280,7 @@ class CodeRunner:
                 )
                 if isinstance(workdir, DeferredWorkdir):
                     workdir.complete(result.files, result.workdir_removed)
-                run_result = command_payload(result)
+                run_result = command_payload(result, run_command)
             return compile_result, run_result, collect_files(workdir, request.fetch_files)
 
 

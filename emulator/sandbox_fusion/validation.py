@@ -25,11 +25,18 @@ _URL_VERSION = re.compile(r"^https://errors\.pydantic\.dev/[^/]+/")
 
 
 class RequestInvalid(Exception):
-    """A request that fails validation; ``detail`` is the list FastAPI puts under ``"detail"``."""
+    """A request that fails validation; ``detail`` is what FastAPI puts under ``"detail"`` (a list of errors for a
+    422, the message of a 400) and ``status`` the HTTP status."""
 
-    def __init__(self, detail: list[dict[str, Any]]) -> None:
+    def __init__(self, detail: list[dict[str, Any]] | str, status: int = 422) -> None:
         super().__init__(detail)
         self.detail = detail
+        self.status = status
+
+
+#: FastAPI 0.103's answer to a JSON body whose parsing fails other than by a JSONDecodeError (bytes that are not
+#: UTF-8, nesting too deep for the decoder): its handler turns any such exception into this 400.
+PARSE_ERROR = "There was an error parsing the body"
 
 
 @functools.lru_cache(maxsize=64)
@@ -106,18 +113,10 @@ def parse_body(model: type[ModelT], body: bytes, content_type: str | None) -> Mo
                     }
                 ]
             ) from None
-        except UnicodeDecodeError as exc:
-            raise RequestInvalid(
-                [
-                    {
-                        "type": "json_invalid",
-                        "loc": ["body", exc.start],
-                        "msg": "JSON decode error",
-                        "input": {},
-                        "ctx": {"error": "Invalid UTF-8"},
-                    }
-                ]
-            ) from None
+        except (UnicodeDecodeError, RecursionError):
+            raise RequestInvalid(PARSE_ERROR, status=400) from None
+        if payload is None:  # FastAPI reads a JSON null as no body at all
+            raise RequestInvalid(_missing_body())
     else:
         if not body:
             raise RequestInvalid(_missing_body())
