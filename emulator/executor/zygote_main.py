@@ -988,7 +988,7 @@ def _compile(source: bytes, path: str) -> tuple[types.CodeType | None, BaseExcep
         code = compile(source, path, "exec", dont_inherit=True)
     except BaseException as exc:  # SyntaxError, ValueError (null bytes), ...
         exc.__traceback__ = None
-        return None, (exc if not caught else None)
+        return None, (_as_read_from_a_file(exc, source, path) if not caught else None)
     finally:
         warnings._showwarnmsg = show  # type: ignore[attr-defined]
     if caught:
@@ -1011,7 +1011,18 @@ def _child_load(job: _Job) -> None:
     try:
         job.code = compile(source, path, "exec", dont_inherit=True)
     except BaseException as exc:  # SyntaxError, ValueError (null bytes), ...
-        job.error = exc
+        job.error = _as_read_from_a_file(exc, source, path)
+
+
+def _as_read_from_a_file(exc: BaseException, source: bytes, path: str) -> BaseException:
+    """The error ``python <file>`` (or ``python -``) reports where ``compile`` gave ``exc``: for a null byte, the
+    tokenizer's, which names the line and shows it up to the byte (``compile`` names neither)."""
+    if not isinstance(exc, SyntaxError | ValueError) or "null bytes" not in str(exc) or b"\0" not in source:
+        return exc
+    at = source.index(b"\0")
+    start = source.rfind(b"\n", 0, at) + 1
+    text = source[start:at].decode("utf-8", "replace")
+    return SyntaxError("source code cannot contain null bytes", (path, source.count(b"\n", 0, at) + 1, None, text))
 
 
 # --- zygote side: requests -------------------------------------------------------------------

@@ -306,6 +306,12 @@ def test_fresh_interpreter_process_state(both: dict[str, Runner]) -> None:
         "import missing_module_xyz\n",
         "a = [1, 2, 3]\nprint(a[10])\n",
         "def f(n): return f(n + 1)\nf(0)\n",
+        # A null byte: the tokenizer names its line and shows the line up to it (compile() names neither).
+        "print(1)\0",
+        "x = 1\nprint(1)\0\n",
+        "\0print(1)",
+        "a = 1\r\nb = 2\0",
+        "y = '\u00e9'\0 + 1\n",
     ],
 )
 def test_fast_and_faithful_agree(both: dict[str, Runner], code: str) -> None:
