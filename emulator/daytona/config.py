@@ -17,7 +17,8 @@ SANDBOX_LIFECYCLE = "sandbox-lifecycle"
 
 @dataclass(frozen=True)
 class ThrottlerSpec:
-    """A NestJS throttler: at most ``limit`` requests per fixed window of ``ttl_s`` seconds."""
+    """A NestJS throttler: at most ``limit`` requests per window of ``ttl_s`` seconds, the next one blocking it for
+    ``ttl_s`` seconds (see :mod:`emulator.daytona.throttle`)."""
 
     name: str
     limit: int

@@ -1,7 +1,11 @@
-"""NestJS-style fixed-window throttlers with Daytona's headers (daytona.md §4, "Rate limiting").
+"""Daytona's throttlers as NestJS's ``ThrottlerGuard`` (``@nestjs/throttler`` 6) runs them on its Redis storage
+(daytona.md §4, "Rate limiting").
 
-Every response of a throttled route carries ``X-RateLimit-{Limit,Remaining,Reset}-{name}`` for each throttler that
-covers it; a refusal is a 429 with ``Retry-After-{name}`` and the ThrottlerException body.
+Per throttler and organization, a window of ``ttl_s`` opens at its first hit and counts every hit, refused ones too.
+The hit past ``limit`` blocks the throttler for ``ttl_s`` from then (no ``blockDuration`` is configured, so it is the
+ttl): every hit while blocked is refused, whatever the window. The guard runs the route's throttlers in order; one
+that passes sets ``X-RateLimit-{Limit,Remaining,Reset}-{name}``, a refusing one sets only ``Retry-After-{name}``
+(the block's seconds left) and ends the guard, so the throttlers after it neither count nor answer.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ Headers = list[tuple[str, str]]
 class _Window:
     start: float
     hits: int = 0
+    blocked_until: float | None = None
 
 
 @dataclass(frozen=True)
@@ -49,10 +54,10 @@ class Throttlers:
             self._windows.clear()
 
     def hit(self, names: Iterable[str], tracker: str) -> Verdict:
-        """Count one request against each named throttler (unknown names are ignored)."""
+        """Count one request against the named throttlers in order, up to the first that refuses it (unknown names
+        are ignored)."""
         now = self._now()
         headers: Headers = []
-        refused: str | None = None
         with self._lock:
             for name in names:
                 spec = self._specs.get(name)
@@ -60,23 +65,20 @@ class Throttlers:
                     continue
                 window = self._windows.get((name, tracker))
                 if window is None or now - window.start >= spec.ttl_s:
-                    window = _Window(now)
+                    blocked_until = window.blocked_until if window is not None else None
+                    window = _Window(now, blocked_until=blocked_until)  # a block outlives the window it began in
                     self._windows[(name, tracker)] = window
-                reset = max(0, math.ceil(window.start + spec.ttl_s - now))
-                if refused is None and window.hits >= spec.limit:
-                    refused = name
-                    headers += [
-                        (f"X-RateLimit-Limit-{name}", str(spec.limit)),
-                        (f"X-RateLimit-Remaining-{name}", "0"),
-                        (f"X-RateLimit-Reset-{name}", str(reset)),
-                        (f"Retry-After-{name}", str(reset)),
-                    ]
-                    continue
-                if refused is None:
-                    window.hits += 1
+                window.hits += 1
+                if window.blocked_until is not None and now >= window.blocked_until:
+                    window.blocked_until = None
+                if window.blocked_until is None and window.hits > spec.limit:
+                    window.blocked_until = now + spec.ttl_s
+                if window.blocked_until is not None:
+                    headers.append((f"Retry-After-{name}", str(math.ceil(window.blocked_until - now))))
+                    return Verdict(False, headers, name)
                 headers += [
                     (f"X-RateLimit-Limit-{name}", str(spec.limit)),
                     (f"X-RateLimit-Remaining-{name}", str(max(0, spec.limit - window.hits))),
-                    (f"X-RateLimit-Reset-{name}", str(reset)),
+                    (f"X-RateLimit-Reset-{name}", str(max(0, math.ceil(window.start + spec.ttl_s - now)))),
                 ]
-        return Verdict(refused is None, headers, refused)
+        return Verdict(True, headers)

@@ -85,7 +85,7 @@ class BucketState:
 
 @dataclass
 class WindowState:
-    """Fixed-window counter: the window opens at the first request after the previous one closed, as NestJS does."""
+    """Fixed-window counter: the window opens at the first request after the previous one closed."""
 
     spec: WindowLimit
     start: float | None = None

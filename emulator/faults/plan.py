@@ -272,8 +272,9 @@ class TokenBucketLimit:
 
 @dataclass(frozen=True)
 class WindowLimit:
-    """At most ``max_requests`` per fixed window of ``per`` seconds, the window opening at its first request (as
-    NestJS's throttler, which Daytona uses); the rest of the window answers 429."""
+    """At most ``max_requests`` per fixed window of ``per`` seconds, the window opening at its first request; the
+    rest of the window answers 429 (a gateway's counter: the Daytona service's own throttlers block as NestJS's do,
+    see :mod:`emulator.daytona.throttle`)."""
 
     name: str
     route: str

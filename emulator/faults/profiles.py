@@ -65,9 +65,10 @@ PROFILES: dict[str, dict[str, Any]] = {
         ],
         "limits": [],
     },
-    # Daytona's documented Tier 1 limits (daytona.md, "Rate limiting"): NestJS throttlers, a fixed window per
-    # minute opened by the first request, the X-RateLimit-*-{name} headers on every control-plane answer and
-    # Retry-After-{name} on a 429. Toolbox traffic is not throttled. The fork/recover/pause/resize/archive routes
+    # Daytona's documented Tier 1 limits (daytona.md, "Rate limiting") as fault-plan limits: a fixed window per
+    # minute opened by the first request (the API's own NestJS throttlers, emulated by the Daytona service itself,
+    # also block for a minute from the refused hit), the X-RateLimit-*-{name} headers on every control-plane answer
+    # and Retry-After-{name} on a 429. Toolbox traffic is not throttled. The fork/recover/pause/resize/archive routes
     # the real throttlers also cover are not emulated.
     "daytona-tier1": {
         "seed": 0,
