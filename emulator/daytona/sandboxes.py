@@ -26,6 +26,21 @@ CODE_LANGUAGE_LABEL = "code-toolbox-language"
 DAEMON_VERSION = "0.226.1"
 
 #: States in which a sandbox counts against CPU and memory quotas.
+#: What the API adds to a refusal of the organization's CPU, memory or disk pool (its UPGRADE_TIER_MESSAGE with the
+#: cloud's dashboard), and to the disk one first.
+_UPGRADE_TIER = "To increase concurrency limits, upgrade your organization's Tier by visiting https://app.daytona.io/dashboard/limits."
+_ARCHIVE_SANDBOXES = "Consider archiving your unused Sandboxes to free up available storage."
+
+#: The API's answer (409) to a start or stop while the sandbox is between states.
+_STATE_CHANGE_IN_PROGRESS = "Sandbox state change in progress"
+
+
+def _assert_not_errored(sandbox: Sandbox) -> None:
+    """The API's ``assertSandboxNotErrored``: 400 for a sandbox in ``error`` or ``build_failed``."""
+    if sandbox.state in ("error", "build_failed"):
+        raise ApiError(400, "Sandbox is in an errored state")
+
+
 _RUNNING = frozenset({"creating", "starting", "started", "stopping", "restoring", "resizing"})
 
 
@@ -299,11 +314,13 @@ class SandboxStore:
             raise ApiError(400, f"Sandbox quota exceeded. Maximum allowed: {quotas.max_sandboxes}.")
         running = [s for s in live if s.state in _RUNNING]
         if quotas.total_cpu is not None and sum(s.cpu for s in running) + cpu > quotas.total_cpu:
-            raise ApiError(400, f"Total CPU limit exceeded. Maximum allowed: {quotas.total_cpu}.")
+            raise ApiError(400, f"Total CPU limit exceeded. Maximum allowed: {quotas.total_cpu}.\n{_UPGRADE_TIER}")
         if quotas.total_memory_gib is not None and sum(s.memory for s in running) + memory > quotas.total_memory_gib:
-            raise ApiError(400, f"Total memory limit exceeded. Maximum allowed: {quotas.total_memory_gib}GiB.")
+            message = f"Total memory limit exceeded. Maximum allowed: {quotas.total_memory_gib}GiB."
+            raise ApiError(400, f"{message}\n{_UPGRADE_TIER}")
         if quotas.total_disk_gib is not None and sum(s.disk for s in live) + disk > quotas.total_disk_gib:
-            raise ApiError(400, f"Total disk limit exceeded. Maximum allowed: {quotas.total_disk_gib}GiB.")
+            message = f"Total disk limit exceeded. Maximum allowed: {quotas.total_disk_gib}GiB."
+            raise ApiError(400, f"{message}\n{_ARCHIVE_SANDBOXES}\n{_UPGRADE_TIER}")
 
     def find(self, id_or_name: str) -> Sandbox | None:
         """The live sandbox with this id or name (timers applied), else None."""
@@ -328,12 +345,17 @@ class SandboxStore:
             return sorted(self._sandboxes.values(), key=lambda s: (s.created_mono, s.id))
 
     def start(self, id_or_name: str) -> Sandbox:
+        """The API's ``start``: a started sandbox as it is; an errored one 400; one between states (creating,
+        starting) 409; a stopped one started."""
         with self._lock:
             sandbox = self.get(id_or_name)
-            if sandbox.state in ("error", "build_failed"):
-                raise ApiError(400, f"Sandbox {sandbox.id} is in an errored state")
-            if sandbox.state in ("started", "starting", "creating"):
+            if sandbox.state == "started" and sandbox.desired_state == "started":
                 return sandbox
+            _assert_not_errored(sandbox)
+            if sandbox.state != sandbox.desired_state:
+                raise ApiError(409, _STATE_CHANGE_IN_PROGRESS)
+            if sandbox.state not in ("stopped", "archived"):
+                raise ApiError(400, "Sandbox is not in valid state")
             sandbox.desired_state = "started"
             sandbox.stopped_mono = None
             if self.config.start_latency > 0:
@@ -346,12 +368,16 @@ class SandboxStore:
             return sandbox
 
     def stop(self, id_or_name: str) -> Sandbox:
+        """The API's ``stop``: an errored sandbox 400; one between states 409; one not started (stopped already)
+        400; a started one stopped."""
         with self._lock:
             sandbox = self.get(id_or_name)
-            if sandbox.state in ("error", "build_failed"):
-                raise ApiError(400, f"Sandbox {sandbox.id} is in an errored state")
-            if sandbox.state not in ("stopped",):
-                self._stop_locked(sandbox, self._now())
+            _assert_not_errored(sandbox)
+            if sandbox.state != sandbox.desired_state:
+                raise ApiError(409, _STATE_CHANGE_IN_PROGRESS)
+            if sandbox.state not in ("started", "paused"):
+                raise ApiError(400, "Sandbox is not in a stoppable state")
+            self._stop_locked(sandbox, self._now())
             return sandbox
 
     def _stop_locked(self, sandbox: Sandbox, now: float) -> None:

@@ -91,6 +91,10 @@ def test_create_over_quota_is_a_bad_request() -> None:
             daytona.create()
         assert info.value.status_code == 400
         assert "Total CPU limit exceeded. Maximum allowed: 2." in str(info.value)
+        assert str(info.value).endswith(
+            "\nTo increase concurrency limits, upgrade your organization's Tier by visiting "
+            "https://app.daytona.io/dashboard/limits."
+        )
     with make_server(_config(quotas=Quotas(max_sandboxes=1))) as server:
         daytona = Daytona(DaytonaConfig(api_url=server.url, api_key=KEY))
         daytona.create()
@@ -201,3 +205,35 @@ def test_downloading_a_directory_is_a_clear_400_and_the_connection_survives() ->
             again = session.get(f"{toolbox}/files/info", params={"path": "d"}, headers=headers, timeout=10)
             assert again.status_code == 200 and again.json()["isDir"] is True  # the connection still answers
         sandbox.delete()
+
+
+def test_start_and_stop_refuse_what_the_api_refuses() -> None:
+    """The API's ``start``/``stop``: a stopped sandbox is not stoppable (400), one between states is a 409, an errored
+    one a 400; a started one starts again as it is."""
+    import httpx
+
+    with make_server(_config()) as server:
+        daytona = Daytona(DaytonaConfig(api_url=server.url, api_key=KEY))
+        sandbox = daytona.create()
+        sandbox.start()  # started already: answered as it is
+        sandbox.stop()
+        with pytest.raises(DaytonaValidationError, match="Sandbox is not in a stoppable state") as info:
+            sandbox.stop()
+        assert info.value.status_code == 400
+        sandbox.start()
+        assert sandbox.state == SandboxState.STARTED
+        server.emulator.daytona.store.fail_next_creates(1, "error", "boom")
+        broken = httpx.post(server.url + "/sandbox", json={}, headers={"Authorization": f"Bearer {KEY}"}).json()
+        for action in ("start", "stop"):
+            answer = httpx.post(
+                f"{server.url}/sandbox/{broken['id']}/{action}", headers={"Authorization": f"Bearer {KEY}"}
+            )
+            assert (answer.status_code, answer.json()["message"]) == (400, "Sandbox is in an errored state")
+    with make_server(_config(create_latency=30)) as server:
+        headers = {"Authorization": f"Bearer {KEY}"}
+        creating = httpx.post(server.url + "/sandbox", json={}, headers=headers).json()
+        assert creating["state"] == "creating"
+        for action in ("start", "stop"):
+            answer = httpx.post(f"{server.url}/sandbox/{creating['id']}/{action}", headers=headers)
+            assert (answer.status_code, answer.json()["message"]) == (409, "Sandbox state change in progress")
+        assert httpx.get(f"{server.url}/sandbox/{creating['id']}", headers=headers).json()["state"] == "creating"
