@@ -14,6 +14,11 @@ AUTHENTICATED = "authenticated"
 SANDBOX_CREATE = "sandbox-create"
 SANDBOX_LIFECYCLE = "sandbox-lifecycle"
 
+#: The most bytes of a command's output the emulator keeps where the daemon keeps it all (a buffer or a file with no
+#: bound): each stream of a ``/process/execute`` or ``/process/code-run``, and (by default) a session command's log.
+#: Past it, output is read and dropped: the writer never blocks, and an endless one costs no memory.
+OUTPUT_LIMIT = 64 * 1024 * 1024
+
 
 @dataclass(frozen=True)
 class ThrottlerSpec:
@@ -109,7 +114,7 @@ class DaytonaConfig:
     #: ``DAYTONA_TERMINATION_GRACE_PERIOD``, 5 s; a shell that has run a command catches SIGTERM and waits it out).
     session_termination_grace: float = 5.0
     #: Bytes of a session command's log kept (the daemon's log is a file with no bound); past it, output is dropped.
-    session_log_limit: int = 64 * 1024 * 1024
+    session_log_limit: int = OUTPUT_LIMIT
     #: First uid of the interpreter processes (one uid per live interpreter context; root only).
     interpreter_uid_base: int = 300_000
     interpreter_uid_count: int = 4096

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import session_shell
+from .config import OUTPUT_LIMIT
 from .errors import ApiError
 from .interpreter import STARTING_ENV, UidsExhausted, go_start_error
 
@@ -142,7 +143,7 @@ class Session:
     input_w: int | None = None
     input_r: int | None = None
     input_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    log_limit: int = 64 * 1024 * 1024
+    log_limit: int = OUTPUT_LIMIT
     deleted: bool = False
     #: Set once the session is deleted or its sandbox stops: what waits on its commands stops waiting.
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
@@ -244,7 +245,7 @@ class ShellStart:
 class SessionShells:
     """The live shells of one emulator's sessions."""
 
-    def __init__(self, start: ShellStart, grace: float = 5.0, log_limit: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, start: ShellStart, grace: float = 5.0, log_limit: int = OUTPUT_LIMIT) -> None:
         if not (isinstance(grace, (int, float)) and 0 <= grace < math.inf):  # NaN too
             raise ValueError(f"session_termination_grace must be a number of seconds >= 0, not {grace!r}")
         if not isinstance(log_limit, int) or log_limit < 0:

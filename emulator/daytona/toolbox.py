@@ -14,9 +14,10 @@ import stat
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from emulator.executor import ExecutionRequest, ExecutionResult, Executor
+from emulator.executor import ExecutionRequest, ExecutionResult, Executor, OutputCapture
 from emulator.executor.trees import remove_tree
 
+from .config import OUTPUT_LIMIT
 from .errors import ApiError, StartFailed
 from .files import is_dir, not_a_dir_reason, resolve
 from .go_fields import envs_field, string_field, type_error, uint32_field
@@ -34,6 +35,9 @@ COMMAND = "\x00command"
 #: The shell the daemon finds first in the image's ``/etc/shells`` (zsh when there is one, then bash).
 SHELL = "/usr/bin/bash"
 ExecutorGetter = Callable[[], Awaitable[Executor]]
+#: How the daemon takes a command's output: all of it, into a buffer with no bound, the command never blocked on its
+#: pipe. Here each stream is read to its end, its first ``OUTPUT_LIMIT`` bytes kept.
+CAPTURE = OutputCapture(keep=OUTPUT_LIMIT, absorb=None)
 
 
 class CommandTimeout(Exception):
@@ -96,7 +100,13 @@ class Toolbox:
     ) -> ExecutionResult:
         executor = await self._executor()
         request = ExecutionRequest(
-            argv=argv, cwd=sandbox.home, timeout=timeout, stdin=stdin, extra_env=env, python_script=script
+            argv=argv,
+            cwd=sandbox.home,
+            timeout=timeout,
+            stdin=stdin,
+            extra_env=env,
+            python_script=script,
+            capture=CAPTURE,
         )
         task = asyncio.ensure_future(executor.run(request))
         running = self._running.setdefault(sandbox.id, set())

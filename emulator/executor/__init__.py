@@ -14,7 +14,7 @@ Known deviations from ``python <file>`` on the real server:
   sees a small fixed environment; limits (CPU, file size, processes, address space) apply.
 """
 
-from .capture import ABSORB_BYTES, KEEP_BYTES, decode_output
+from .capture import ABSORB_BYTES, KEEP_BYTES, SANDBOX_FUSION_CAPTURE, OutputCapture, decode_output
 from .executor import Executor, WorkdirError
 from .model import ExecutionRequest, ExecutionResult, ExecutionStatus, ExecutorConfig, PythonMode, WorkdirSetup
 from .sync import ThreadedExecutor
@@ -23,12 +23,14 @@ from .workdir import DeferredWorkdir, Workdir
 __all__ = [
     "ABSORB_BYTES",
     "KEEP_BYTES",
+    "SANDBOX_FUSION_CAPTURE",
     "DeferredWorkdir",
     "ExecutionRequest",
     "ExecutionResult",
     "ExecutionStatus",
     "Executor",
     "ExecutorConfig",
+    "OutputCapture",
     "PythonMode",
     "ThreadedExecutor",
     "Workdir",

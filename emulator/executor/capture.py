@@ -7,11 +7,18 @@ per stream, keep draining (and discarding) until ``ABSORB_BYTES`` were read, the
 reading, so a bigger writer blocks on the full pipe exactly like on the real server (which
 also contains ``while True: print()``).
 
+That is the default :class:`OutputCapture` of a request.  Another service's runs ask for their
+own: Daytona's toolbox, whose daemon collects a command's whole output, reads every stream to
+its end (keeping a bound, so that an endless writer costs no memory) and decodes as Go does.
+
 The zygote reads the pipes (``zygote_main.py``, stdlib-only, holds its own copy of these two
 numbers); the server only decodes.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 # Exact truncation length measured on the real server.
 KEEP_BYTES = 219264
@@ -27,3 +34,32 @@ def decode_output(data: bytes) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         return f"[DecodeError] {exc}"
+
+
+@dataclass(frozen=True)
+class OutputCapture:
+    """How the executor reads and decodes one run's stdout and stderr (each stream on its own).
+
+    The default is Sandbox Fusion's quirk (see the module's doc).  ``absorb=None`` reads a stream to its end: past
+    ``keep`` bytes the rest is read and discarded, so a writer never blocks on its pipe.
+    """
+
+    #: Bytes of each stream kept (the first ones).
+    keep: int = KEEP_BYTES
+    #: Bytes of each stream read before the reading stops (a writer of more then blocks on its full pipe); None:
+    #: read to the end.
+    absorb: int | None = ABSORB_BYTES
+    #: Turns the bytes kept of a stream into the result's text.
+    decode: Callable[[bytes], str] = decode_output
+
+    def __post_init__(self) -> None:
+        for name in ("keep", "absorb"):
+            value = getattr(self, name)
+            if value is None and name == "absorb":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"OutputCapture.{name} must be an integer of at least 0, got {value!r}")
+
+
+#: Sandbox Fusion's capture: every request's unless it asks for another.
+SANDBOX_FUSION_CAPTURE = OutputCapture()

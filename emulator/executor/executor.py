@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from . import start_gate
-from .capture import decode_output
+from .capture import ABSORB_BYTES, KEEP_BYTES
 from .cores import warm_interpreters
 from .holders import HOLDERS
 from .model import ExecutionRequest, ExecutionResult, ExecutorConfig
@@ -625,6 +625,10 @@ class Executor:
             "presweep": False,
             "limits": self._limits(request),
         }
+        capture = request.capture
+        if capture.keep != KEEP_BYTES or capture.absorb != ABSORB_BYTES:  # the zygote's default is Sandbox Fusion's
+            msg["keep"] = capture.keep
+            msg["absorb"] = capture.absorb  # None: to the end
         blobs: list[bytes] = []
         if fast and request.python_script is None:  # ``python -``: the program is the stdin, the program's is empty
             msg["program_on_stdin"] = True
@@ -807,8 +811,9 @@ class Executor:
                 return self._with_files(_error_result(detail), files, removed)
             _log.warning("sandbox setup failed: %s", detail)
             return self._with_files(_error_result(_PREEXEC_MESSAGE), files, removed)
-        stdout = decode_output(reply.blobs[0])
-        stderr = decode_output(reply.blobs[1])
+        decode = request.capture.decode
+        stdout = decode(reply.blobs[0])
+        stderr = decode(reply.blobs[1])
         if timed_out and info["at"] >= deadline:
             return ExecutionResult("TimeLimitExceeded", timed_out[0] - t0, None, stdout, stderr, files, removed)
         return ExecutionResult("Finished", info["at"] - t0, info["rc"], stdout, stderr, files, removed)

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .capture import SANDBOX_FUSION_CAPTURE, OutputCapture
+
 ExecutionStatus = Literal["Finished", "Error", "TimeLimitExceeded"]
 PythonMode = Literal["fast", "faithful"]
 
@@ -121,6 +123,9 @@ class ExecutionRequest:
     python_script: str | None = None
     # A work dir (``cwd``) to create in the sandbox first and remove afterwards.
     setup: WorkdirSetup | None = None
+    # How stdout and stderr are read and decoded: by default as Sandbox Fusion's server does (truncated, a bigger
+    # writer blocked, a stream that is not UTF-8 replaced by its ``[DecodeError]``).
+    capture: OutputCapture = SANDBOX_FUSION_CAPTURE
 
 
 @dataclass(frozen=True)

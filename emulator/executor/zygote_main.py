@@ -15,7 +15,8 @@ blobs whose lengths the header lists under ``"b"`` (stdin, file contents, captur
 * ``kill``: SIGKILL the process group of a request (and sweep its uid).
 * ``started`` / ``exited`` (zygote -> server): the zygote itself reads the child's stdout and
   stderr (keeping ``KEEP`` bytes, draining up to ``ABSORB`` bytes, then no longer reading so
-  that a bigger writer blocks on its full pipe), reaps the child, kills what is left of its
+  that a bigger writer blocks on its full pipe; a request may set its own ``keep`` and ``absorb``,
+  ``absorb`` null to read to the end), reaps the child, kills what is left of its
   process group and uid, and reports the exit code, the output, a setup failure if any and
   the fetched files in one message.
 
@@ -75,6 +76,7 @@ _EXITED_BODY = struct.Struct("<qidBII")  # flags: 1 = work dir removed
 _PIPE_BUF = 4096
 _EOF_GRACE = 0.5
 _READ_CHUNK = 65536
+_READ_TURN = 16 * _READ_CHUNK  # the most one stream's read takes of a turn of the serving loop (see _read_stream)
 _MAX_FD = 1 << 20
 _REFREEZE_EVERY = 16384  # forks between full collections of the zygote's own heap
 # A fast-path child's "done" page: <magic, exit status>, written just before it closes its standard streams and
@@ -99,6 +101,8 @@ _MADV_POPULATE_WRITE = 23
 # (and discard) up to ABSORB bytes, then stop reading so that a bigger writer blocks.
 KEEP = 219264
 ABSORB = 448 * 1024
+# A request's ``absorb`` of null: read to the end (more than any stream holds).
+_ABSORB_ALL = sys.maxsize
 
 # Cheap, side-effect-free stdlib modules imported once here so forked children get them
 # for free.  Nothing that starts threads, registers atexit handlers or reads the env at
@@ -295,10 +299,12 @@ class _WorkdirError(Exception):
 class _Stream:
     """One output pipe of a child, read by the zygote within the keep/absorb budgets."""
 
-    __slots__ = ("absorbed", "eof", "fd", "kept", "reading")
+    __slots__ = ("absorb", "absorbed", "eof", "fd", "keep", "kept", "reading")
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, keep: int = KEEP, absorb: int = ABSORB) -> None:
         self.fd = fd
+        self.keep = keep
+        self.absorb = absorb
         self.kept = bytearray()
         self.absorbed = 0
         self.reading = True
@@ -1200,8 +1206,17 @@ def _register(forked: _Prepared) -> None:
             epoll.register(child.pidfd, select.EPOLLIN)
             handlers[child.pidfd] = (_K_PIDFD, child)
     out_r, err_r, in_w = forked.out_r, forked.err_r, forked.in_w
-    child.out = _Stream(out_r)
-    child.err = _Stream(err_r)
+    req = plan.req
+    if "keep" in req:  # a capture of its own (not Sandbox Fusion's)
+        keep = req["keep"]
+        absorb = req["absorb"]
+        if absorb is None:
+            absorb = _ABSORB_ALL
+        child.out = _Stream(out_r, keep, absorb)
+        child.err = _Stream(err_r, keep, absorb)
+    else:
+        child.out = _Stream(out_r)
+        child.err = _Stream(err_r)
     os.set_blocking(out_r, False)
     os.set_blocking(err_r, False)
     epoll.register(out_r, select.EPOLLIN)
@@ -1263,15 +1278,23 @@ def _close_stdin(child: _Child) -> None:
 
 
 def _read_stream(stream: _Stream) -> bool:
-    """Read what is available within budget; True when the stream is finished for us."""
+    """Read what is available within budget; True when the stream is finished for us.
+
+    At most ``_READ_TURN`` bytes a call: a writer as fast as we read, on a stream read to its end, would otherwise
+    keep us here; the rest is read in the next turns of the serving loop (the pipe stays readable).
+    """
     if not stream.reading:
         return True
     fd = stream.fd
     kept = stream.kept
+    turn = _READ_TURN
     while True:
-        room = ABSORB - stream.absorbed
+        room = stream.absorb - stream.absorbed
         if room <= 0:
             break
+        if turn <= 0:
+            return False
+        turn -= _READ_CHUNK
         try:
             chunk = os.read(fd, _READ_CHUNK if room > _READ_CHUNK else room)
         except (BlockingIOError, InterruptedError):
@@ -1282,7 +1305,7 @@ def _read_stream(stream: _Stream) -> bool:
             stream.eof = True
             break
         stream.absorbed += len(chunk)
-        missing = KEEP - len(kept)
+        missing = stream.keep - len(kept)
         if missing > 0:
             kept += chunk[:missing]
     # EOF or budget used up: stop reading (the fd stays open, so a writer blocks).

@@ -1,0 +1,118 @@
+"""A request's own output capture: read to the end (a writer never blocks), a bound kept, its own decoding; the
+default stays Sandbox Fusion's (truncated, a bigger writer blocked until its timeout, ``[DecodeError]``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+
+from emulator.executor import (
+    KEEP_BYTES,
+    SANDBOX_FUSION_CAPTURE,
+    ExecutionRequest,
+    ExecutionResult,
+    OutputCapture,
+)
+
+from .conftest import Runner
+
+#: Read to the end, a small bound kept (so a test need not write megabytes to pass it).
+DRAIN = OutputCapture(keep=1000, absorb=None)
+
+
+async def _arun(runner: Runner, code: str, capture: OutputCapture, timeout: float = 10.0) -> ExecutionResult:
+    with runner.executor.workdir() as wd:
+        script = wd.new_script(".py")
+        wd.write_file(os.path.basename(script), code.encode())
+        request = ExecutionRequest(
+            argv=[runner.executor.config.python, script],
+            cwd=wd.path,
+            timeout=timeout,
+            python_script=script,
+            capture=capture,
+        )
+        return await runner.executor.run(request)
+
+
+def _run(runner: Runner, code: str, capture: OutputCapture, timeout: float = 10.0) -> ExecutionResult:
+    result = runner.call(_arun(runner, code, capture, timeout))
+    assert isinstance(result, ExecutionResult)
+    return result
+
+
+def test_the_default_is_sandbox_fusions() -> None:
+    assert ExecutionRequest(argv=["true"], cwd="/", timeout=1).capture is SANDBOX_FUSION_CAPTURE
+    assert (SANDBOX_FUSION_CAPTURE.keep, SANDBOX_FUSION_CAPTURE.absorb) == (KEEP_BYTES, 448 * 1024)
+
+
+@pytest.mark.parametrize(("keep", "absorb"), [(-1, None), (1000, -1), (True, None), (1.5, None), (10, "x")])
+def test_a_bad_capture_is_refused(keep: object, absorb: object) -> None:
+    with pytest.raises(ValueError, match="OutputCapture"):
+        OutputCapture(keep=keep, absorb=absorb)  # type: ignore[arg-type]
+
+
+def test_a_writer_past_the_sandbox_fusion_budget_is_not_blocked(runner: Runner) -> None:
+    """3 MB on each stream (Sandbox Fusion's capture blocks the writer until its timeout): read to the end, the
+    first ``keep`` bytes of each kept."""
+    code = "import sys\nsys.stdout.write('a' * 3_000_000)\nsys.stderr.write('b' * 3_000_000)\nprint('end')"
+    start = time.monotonic()
+    got = _run(runner, code, DRAIN, timeout=20)
+    assert (got.status, got.return_code) == ("Finished", 0)
+    assert (got.stdout, got.stderr) == ("a" * 1000, "b" * 1000)
+    assert time.monotonic() - start < 10
+
+
+def test_output_within_the_bound_is_whole(runner: Runner) -> None:
+    got = _run(runner, "print('x' * 998)", DRAIN)
+    assert (got.status, got.stdout) == ("Finished", "x" * 998 + "\n")
+    whole = OutputCapture(keep=2_000_000, absorb=None)
+    got = _run(runner, "print('x' * 1_000_000)", whole)
+    assert (got.status, got.stdout) == ("Finished", "x" * 1_000_000 + "\n")
+
+
+def test_a_program_not_python_is_read_to_the_end(runner: Runner) -> None:
+    async def go() -> ExecutionResult:
+        with runner.executor.workdir() as wd:
+            request = ExecutionRequest(
+                argv=["/bin/bash", "-c", "head -c 2000000 /dev/zero | tr '\\0' z; echo done >&2"],
+                cwd=wd.path,
+                timeout=20,
+                capture=DRAIN,
+            )
+            return await runner.executor.run(request)
+
+    got = runner.call(go())
+    assert (got.status, got.return_code, got.stdout, got.stderr) == ("Finished", 0, "z" * 1000, "done\n")
+
+
+def test_an_endless_writer_costs_no_memory_and_holds_up_no_other_run(runner: Runner) -> None:
+    """Read to the end, a writer that never stops keeps the zygote reading: the bound holds (what is past it is
+    dropped), its timeout ends it, and the zygote's other runs go on meanwhile."""
+
+    async def go() -> tuple[ExecutionResult, list[float]]:
+        endless = asyncio.ensure_future(_arun(runner, "while True: print('y' * 4095)", DRAIN, timeout=3))
+        await asyncio.sleep(0.5)
+        took = []
+        for _ in range(3):
+            start = time.monotonic()
+            quick = await _arun(runner, "print('quick')", SANDBOX_FUSION_CAPTURE)
+            assert (quick.status, quick.stdout) == ("Finished", "quick\n")
+            took.append(time.monotonic() - start)
+        return await endless, took
+
+    got, took = runner.call(go())
+    assert (got.status, got.return_code) == ("TimeLimitExceeded", None)
+    assert got.stdout == "y" * 1000
+    assert max(took) < 2.0, took
+
+
+def test_the_request_decodes_its_output(runner: Runner) -> None:
+    """Its own decoding, for each stream (the default turns a stream that is not UTF-8 into ``[DecodeError]``)."""
+    code = "import sys\nsys.stdout.buffer.write(b'a\\xffb')\nsys.stderr.buffer.write(b'\\xfe')"
+    got = _run(runner, code, OutputCapture(keep=1000, absorb=None, decode=bytes.hex))
+    assert (got.stdout, got.stderr) == ("61ff62", "fe")
+    got = _run(runner, code, SANDBOX_FUSION_CAPTURE)
+    assert (got.stdout or "").startswith("[DecodeError] 'utf-8' codec can't decode byte 0xff in position 1")
