@@ -2,7 +2,28 @@
 
 from __future__ import annotations
 
+import codecs
 from typing import Any
+
+#: The codecs error handler of :func:`go_string`.
+_EACH_BYTE = "emulator-go-each-byte"
+
+
+def _each_byte(error: UnicodeError) -> tuple[str, int]:
+    """One U+FFFD for each byte of the invalid run, as Go's encoder steps over an invalid byte one at a time."""
+    if not isinstance(error, UnicodeDecodeError):
+        raise error
+    return "\ufffd" * (error.end - error.start), error.end
+
+
+codecs.register_error(_EACH_BYTE, _each_byte)
+
+
+def go_string(data: bytes) -> str:
+    """``data`` as Go's ``encoding/json`` writes a string made of those bytes: valid UTF-8 as it is, each byte that
+    is not part of it as U+FFFD (``b"a\\xff\\xfe"`` is ``"a\\ufffd\\ufffd"``; a cut sequence ``b"\\xe2\\x82"``,
+    two)."""
+    return data.decode("utf-8", _EACH_BYTE)
 
 
 def as_go_decodes(value: Any) -> Any:
@@ -21,4 +42,4 @@ def as_go_decodes(value: Any) -> Any:
     return value
 
 
-__all__ = ["as_go_decodes"]
+__all__ = ["as_go_decodes", "go_string"]

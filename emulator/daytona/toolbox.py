@@ -21,6 +21,7 @@ from .config import OUTPUT_LIMIT
 from .errors import ApiError, StartFailed
 from .files import is_dir, not_a_dir_reason, resolve
 from .go_fields import envs_field, string_field, type_error, uint32_field
+from .go_json import go_string
 from .interpreter import go_start_error
 from .sandboxes import Sandbox
 from .sessions import Session, SessionCancelled, SessionCommand, SessionShells
@@ -36,8 +37,9 @@ COMMAND = "\x00command"
 SHELL = "/usr/bin/bash"
 ExecutorGetter = Callable[[], Awaitable[Executor]]
 #: How the daemon takes a command's output: all of it, into a buffer with no bound, the command never blocked on its
-#: pipe. Here each stream is read to its end, its first ``OUTPUT_LIMIT`` bytes kept.
-CAPTURE = OutputCapture(keep=OUTPUT_LIMIT, absorb=None)
+#: pipe. Here each stream is read to its end, its first ``OUTPUT_LIMIT`` bytes kept. The daemon answers it as a Go
+#: string in JSON: each byte that is not UTF-8 becomes U+FFFD (not Sandbox Fusion's ``[DecodeError]`` for the whole).
+CAPTURE = OutputCapture(keep=OUTPUT_LIMIT, absorb=None, decode=go_string)
 
 
 class CommandTimeout(Exception):

@@ -1,7 +1,8 @@
 """The output of ``/process/execute`` and ``/process/code-run`` as the daemon returns it (its v0.190 source:
 ``process/execute.go``, ``process/coderun/``): the whole of it, collected in a buffer with no bound while the command
 runs, so a big writer is never blocked (Sandbox Fusion's capture, which truncates and blocks, is not the daemon's).
-The emulator keeps the first 64 MiB of each stream and drops the rest, still reading it.
+The emulator keeps the first 64 MiB of each stream and drops the rest, still reading it. Bytes that are not UTF-8
+are each U+FFFD, as Go's JSON encoder writes them (not Sandbox Fusion's ``[DecodeError]`` for the whole stream).
 
 Why it matters to a trainer: a tool whose command prints a megabyte gets it all, at once, from the real service; an
 emulator that cut it at 219,264 characters, or held it until the timeout, would teach the wrong thing.
@@ -12,9 +13,11 @@ from __future__ import annotations
 import time
 
 import httpx
+import pytest
 from daytona import Daytona, DaytonaConfig
 
 from emulator.daytona.config import OUTPUT_LIMIT
+from emulator.daytona.go_json import go_string
 
 
 def test_the_sdk_gets_a_megabyte_whole_and_at_once(api_url: str, api_key: str) -> None:
@@ -50,3 +53,42 @@ def test_an_endless_writer_times_out_as_any_command(tb: tuple[httpx.Client, str]
     body = {"code": "while True: print('x' * 1000)", "language": "python", "timeout": 2}
     answer = client.post(prefix + "/process/code-run", json=body)
     assert answer.status_code == 408 and answer.json()["code"] == "REQUEST_TIMEOUT"
+
+
+@pytest.mark.parametrize(
+    ("data", "text"),
+    [
+        (b"a\xff\xfeb\n", "a\ufffd\ufffdb\n"),
+        (b"\xe2\x82", "\ufffd\ufffd"),  # a sequence cut short: each of its bytes
+        (b"\xe2\x82a", "\ufffd\ufffda"),
+        (b"\xed\xa0\x80", "\ufffd" * 3),  # a surrogate, which UTF-8 cannot hold
+        (b"\xc0\x80", "\ufffd" * 2),  # an overlong NUL
+        (b"\xf4\x90\x80\x80", "\ufffd" * 4),  # past U+10FFFF
+        ("é€😀\n".encode(), "é€😀\n"),
+    ],
+)
+def test_go_string_replaces_each_invalid_byte(data: bytes, text: str) -> None:
+    assert go_string(data) == text
+
+
+def test_the_sdk_gets_each_invalid_byte_as_a_replacement_character(api_url: str, api_key: str) -> None:
+    daytona = Daytona(DaytonaConfig(api_url=api_url, api_key=api_key))
+    sandbox = daytona.create()
+    try:
+        ran = sandbox.process.exec("printf 'a\\377\\376b\\n'; printf '\\342\\202'")
+        assert (ran.exit_code, ran.result) == (0, "a\ufffd\ufffdb\n\ufffd\ufffd")
+        code = "import sys\nsys.stdout.buffer.write(b'a\\xff\\xfeb\\n')\nsys.stderr.buffer.write(b'\\xe2\\x82')"
+        ran = sandbox.process.code_run(code)
+        assert (ran.exit_code, ran.result) == (0, "a\ufffd\ufffdb\n\ufffd\ufffd")
+    finally:
+        sandbox.delete()
+
+
+def test_a_bound_cutting_a_character_does_not_spoil_the_rest(tb: tuple[httpx.Client, str]) -> None:
+    """Past the bound a character cut in two is its kept bytes' replacement characters, the rest of the output as
+    it was (Sandbox Fusion's capture turns the whole stream into ``[DecodeError]``)."""
+    client, prefix = tb
+    code = f"import sys\nsys.stdout.write('a' * {OUTPUT_LIMIT - 1} + '\\u20ac')"
+    answer = client.post(prefix + "/process/code-run", json={"code": code, "language": "python"}, timeout=120)
+    assert answer.status_code == 200
+    assert answer.json()["result"] == "a" * (OUTPUT_LIMIT - 1) + "\ufffd"
