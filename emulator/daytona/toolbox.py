@@ -65,6 +65,22 @@ def _combined(result: ExecutionResult) -> str:
     return (result.stdout or "") + (result.stderr or "")
 
 
+def _shell_exit_code(result: ExecutionResult) -> int:
+    """The daemon's ``exitCode`` for the shell it ran: Go's ``ExitCode()``, which is -1 for a shell killed by a
+    signal (``kill -9 $$``), where the executor reports the signal (-9)."""
+    code = result.return_code
+    return -1 if code is None or code < 0 else code
+
+
+def _piped_python_exit_code(result: ExecutionResult) -> int:
+    """The daemon's ``exitCode`` for code it ran: its shell runs ``... | python3 -u -`` and exits with the pipeline's
+    status, so a python killed by signal N is the shell's 128 + N (137 for SIGKILL), not -N."""
+    code = result.return_code
+    if code is None:
+        return -1
+    return 128 - code if code < 0 else code
+
+
 class Toolbox:
     """Runs toolbox operations for sandboxes of one emulator."""
 
@@ -163,7 +179,7 @@ class Toolbox:
             result = await self.shell(sandbox, command, cwd or None, self._envs(sandbox, envs), self._timeout(seconds))
         except StartFailed as failed:  # the daemon's cmd.Start error (descriptors or processes run out): 200, -1
             return {"exitCode": -1, "result": failed.message}
-        return {"exitCode": result.return_code if result.return_code is not None else -1, "result": _combined(result)}
+        return {"exitCode": _shell_exit_code(result), "result": _combined(result)}
 
     async def code_run(self, sandbox: Sandbox, body: dict[str, Any], python: str) -> dict[str, Any]:
         """``/process/code-run`` as the daemon's handler: ``language`` is required and is one of its toolboxes'
@@ -191,7 +207,7 @@ class Toolbox:
         if result.status == "Error":
             raise ApiError(500, result.stderr or "execution failed")
         # No chart came (matplotlib's are not emulated): the daemon leaves ``artifacts`` out.
-        return {"exitCode": result.return_code if result.return_code is not None else -1, "result": _combined(result)}
+        return {"exitCode": _piped_python_exit_code(result), "result": _combined(result)}
 
     # ------------------------------------------------------------------ sessions
 
