@@ -36,6 +36,9 @@ COMMAND = "\x00command"
 #: The shell the daemon finds first in the image's ``/etc/shells`` (zsh when there is one, then bash).
 SHELL = "/usr/bin/bash"
 ExecutorGetter = Callable[[], Awaitable[Executor]]
+#: The daemon's ``coderun.ArtifactMarker``: a line of code-run's output that starts with it is an artifact (a chart
+#: of its matplotlib wrapper), never part of ``result``.
+ARTIFACT_MARKER = "dtn_artifact_k39fd2:"
 #: How the daemon takes a command's output: all of it, into a buffer with no bound, the command never blocked on its
 #: pipe. Here each stream is read to its end, its first ``OUTPUT_LIMIT`` bytes kept. The daemon answers it as a Go
 #: string in JSON: each byte that is not UTF-8 becomes U+FFFD (not Sandbox Fusion's ``[DecodeError]`` for the whole).
@@ -63,6 +66,15 @@ def _start_error(directory: str) -> str:
 
 def _combined(result: ExecutionResult) -> str:
     return (result.stdout or "") + (result.stderr or "")
+
+
+def _without_artifacts(output: str) -> str:
+    """``output`` as the daemon's ``ParseArtifacts`` leaves it: split at each ``\n``, every piece that starts with
+    :data:`ARTIFACT_MARKER` dropped (whatever follows the marker), the rest joined with ``\n`` again (so a dropped
+    last line takes the newline before it with it, and a trailing newline stays)."""
+    if ARTIFACT_MARKER not in output:
+        return output
+    return "\n".join(line for line in output.split("\n") if not line.startswith(ARTIFACT_MARKER))
 
 
 def _shell_exit_code(result: ExecutionResult) -> int:
@@ -206,8 +218,9 @@ class Toolbox:
             raise CommandTimeout
         if result.status == "Error":
             raise ApiError(500, result.stderr or "execution failed")
-        # No chart came (matplotlib's are not emulated): the daemon leaves ``artifacts`` out.
-        return {"exitCode": _piped_python_exit_code(result), "result": _combined(result)}
+        # No chart came (matplotlib's are not emulated, nor are charts built from marker lines the code prints): the
+        # daemon leaves ``artifacts`` out.
+        return {"exitCode": _piped_python_exit_code(result), "result": _without_artifacts(_combined(result))}
 
     # ------------------------------------------------------------------ sessions
 
