@@ -52,11 +52,19 @@ def _wait_gone(pids: list[int], within: float = 2.0) -> bool:
     return False
 
 
-async def _until_child_of(zygote_pid: int | None, within: float = 10.0) -> None:
-    """Wait (polling /proc, no fixed delay) until the zygote has a live child: the program has started."""
+def _children_of(zygote_pid: int | None) -> set[int]:
+    """The zygote's live children (zombies left out)."""
+    return {
+        int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == zygote_pid and not _is_zombie(int(p))
+    }
+
+
+async def _until_child_of(zygote_pid: int | None, within: float = 10.0, besides: frozenset[int] = frozenset()) -> None:
+    """Wait (polling /proc, no fixed delay) until the zygote has a live child not in ``besides``: the program has
+    started (an earlier run's child may still be exiting after its result came: it reports its end first)."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        if any(p.isdigit() and _parent(int(p)) == zygote_pid and not _is_zombie(int(p)) for p in os.listdir("/proc")):
+        if _children_of(zygote_pid) - besides:
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"no program started under zygote {zygote_pid} within {within} s")
@@ -247,8 +255,9 @@ def test_fork_bomb_does_not_starve_concurrent_runs(runner: Runner) -> None:
     """Each execution has its own uid, so RLIMIT_NPROC binds per execution."""
 
     async def scenario() -> list[ExecutionResult]:
+        earlier = frozenset(_children_of(runner.executor.zygote_pid))
         bomb = asyncio.ensure_future(runner.arun("import os\nwhile True:\n    os.fork()\n", timeout=2))
-        await _until_child_of(runner.executor.zygote_pid)
+        await _until_child_of(runner.executor.zygote_pid, besides=earlier)
         code = "import subprocess, threading\nt = threading.Thread(target=print)\nt.start(); t.join()\n"
         code += "print(subprocess.run(['echo', 'ok'], capture_output=True, text=True).stdout, end='')"
         neighbours = [result for result, _ in await asyncio.gather(*(runner.arun(code) for _ in range(4)))]
@@ -277,8 +286,9 @@ def test_zygote_death_is_survived(loop: asyncio.AbstractEventLoop) -> None:
         first = await runner.arun("print(1)")
         pid = executor.zygote_pid
         assert pid is not None
+        earlier = frozenset(_children_of(pid))
         in_flight = asyncio.ensure_future(runner.arun("import time\nprint('sleeping', flush=True)\ntime.sleep(30)"))
-        await _until_child_of(pid)
+        await _until_child_of(pid, besides=earlier)
         os.kill(pid, signal.SIGKILL)
         lost, _ = await asyncio.wait_for(in_flight, 30)
         after, _ = await runner.arun("print(2)")
@@ -464,8 +474,9 @@ def test_workdir_paths_and_cleanup(runner: Runner) -> None:
 
 def test_cancelled_run_kills_the_program(runner: Runner) -> None:
     async def scenario() -> int:
+        earlier = frozenset(_children_of(runner.executor.zygote_pid))
         task = asyncio.ensure_future(runner.arun("import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(30)"))
-        await _until_child_of(runner.executor.zygote_pid)
+        await _until_child_of(runner.executor.zygote_pid, besides=earlier)
         sleepers = [
             int(p)
             for p in os.listdir("/proc")
