@@ -71,7 +71,9 @@ def test_the_handshake_is_answered_during_the_wait_and_the_code_starts_at_its_en
     # The upgrade request's arrival, on the client's clock: the latency runs from it, and the answer ends after both.
     assert entry.arrived is not None and entry.finished is not None
     assert asked <= entry.arrived <= opened and entry.arrived <= entry.started
-    assert entry.arrived + LATENCY <= started <= entry.finished <= answered  # the code waited from the arrival on
+    assert entry.arrived + LATENCY <= started <= entry.finished  # the code waited from the arrival on
+    # (The journal ends the entry once the handler has returned, after the close went out: the client may read the
+    # close before that, so ``answered`` is not compared with ``entry.finished``.)
 
 
 def test_answers_without_a_run_still_come_after_the_latency(server: EmulatorServer, api_url: str, api_key: str) -> None:
