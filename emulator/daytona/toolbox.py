@@ -64,6 +64,11 @@ def _start_error(directory: str) -> str:
     return f"fork/exec {SHELL}: {not_a_dir_reason(directory)}"
 
 
+def _required(struct: str, field: str) -> str:
+    """The validator's message for a ``validate:"required"`` field that is empty or absent."""
+    return f"Key: '{struct}.{field}' Error:Field validation for '{field}' failed on the 'required' tag"
+
+
 def _combined(result: ExecutionResult) -> str:
     return (result.stdout or "") + (result.stderr or "")
 
@@ -183,6 +188,8 @@ class Toolbox:
         seconds = uint32_field(body, "timeout", "ExecuteRequest")
         cwd = string_field(body, "cwd", "ExecuteRequest")
         envs = envs_field(body, "ExecuteRequest")
+        if not command:  # the binding's validate:"required"
+            raise ApiError(400, "invalid request body: " + _required("ExecuteRequest", "Command"))
         if not command.strip():
             raise ApiError(400, "command cannot be empty or whitespace-only")
         if cwd and not is_dir(resolve(sandbox, cwd)):
@@ -207,6 +214,11 @@ class Toolbox:
                 raise type_error(prefix, item, "CodeRunRequest", "argv", "string")
         envs = envs_field(body, "CodeRunRequest", prefix)
         timeout = self._timeout(uint32_field(body, "timeout", "CodeRunRequest", prefix))
+        missing = [
+            _required("CodeRunRequest", name) for name, value in (("Code", code), ("Language", language)) if not value
+        ]
+        if missing:  # the binding's validate:"required", every failing field on a line of its own
+            raise ApiError(400, "\n".join(missing), "INVALID_REQUEST_BODY")
         if language != "python":
             raise ApiError(400, f"unsupported language: {language}")
         env = self._envs(sandbox, envs)
@@ -237,12 +249,7 @@ class Toolbox:
         """The session's shell starts now, as the daemon's does."""
         session_id = string_field(body, "sessionId", "CreateSessionRequest", "")
         if not session_id:
-            raise ApiError(
-                400,
-                "Key: 'CreateSessionRequest.SessionId' Error:Field validation for 'SessionId' failed on the "
-                "'required' tag",
-                "INVALID_REQUEST_BODY",
-            )
+            raise ApiError(400, _required("CreateSessionRequest", "SessionId"), "INVALID_REQUEST_BODY")
         if session_id == ENTRYPOINT_SESSION:
             raise ApiError(400, "provided session ID is reserved and cannot be created/overridden")
         sessions = self.sessions(sandbox)
@@ -299,11 +306,7 @@ class Toolbox:
             raise ApiError(400, "can't send input to entrypoint session")
         data = string_field(body, "data", "SessionSendInputRequest", "")
         if not data:
-            raise ApiError(
-                400,
-                "Key: 'SessionSendInputRequest.Data' Error:Field validation for 'Data' failed on the 'required' tag",
-                "INVALID_REQUEST_BODY",
-            )
+            raise ApiError(400, _required("SessionSendInputRequest", "Data"), "INVALID_REQUEST_BODY")
         session = self.session(sandbox, session_id)
         await self.shells.send_input(session, self.command(sandbox, session_id, command_id), data)
 

@@ -17,6 +17,10 @@ import pytest
 from daytona import Daytona, DaytonaConfig, SessionExecuteRequest
 
 
+def _required(struct: str, field: str) -> str:
+    return f"Key: '{struct}.{field}' Error:Field validation for '{field}' failed on the 'required' tag"
+
+
 def _message(response: httpx.Response, status: int = 400) -> str:
     assert response.status_code == status, response.text
     return str(response.json()["message"])
@@ -25,7 +29,9 @@ def _message(response: httpx.Response, status: int = 400) -> str:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ({}, "command cannot be empty or whitespace-only"),
+        # The daemon's binding runs its validator (validate:"required") before the handler's own check.
+        ({}, "invalid request body: " + _required("ExecuteRequest", "Command")),
+        ({"command": ""}, "invalid request body: " + _required("ExecuteRequest", "Command")),
         ({"command": " \t\n"}, "command cannot be empty or whitespace-only"),
         (
             {"command": 5},
@@ -86,7 +92,9 @@ def test_execute_takes_a_zero_timeout_and_good_env_names(tb: tuple[httpx.Client,
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ({"code": "print(1)"}, "unsupported language: "),
+        ({"code": "print(1)"}, _required("CodeRunRequest", "Language")),
+        ({"code": "", "language": "python"}, _required("CodeRunRequest", "Code")),
+        ({}, _required("CodeRunRequest", "Code") + "\n" + _required("CodeRunRequest", "Language")),
         ({"code": "print(1)", "language": "python3"}, "unsupported language: python3"),
         (
             {"code": "print(1)", "language": "python", "argv": "a b"},
