@@ -66,14 +66,16 @@ _log = logging.getLogger(__name__)
 ExecutorGetter = Callable[[], Awaitable[Executor]]
 Endpoint = Callable[[Request], Awaitable[Response]]
 
-#: Gate route names of the control plane: (method, path, route name, throttlers).
+#: Gate route names of the control plane: (method, path, route name, throttlers). As the API's controller declares
+#: them: creation and the lifecycle routes skip ``authenticated`` (``@SkipThrottle({authenticated: true})``) and
+#: count against their own throttler alone.
 CONTROL_ROUTES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
-    ("POST", "/sandbox", "daytona.sandbox.create", (AUTHENTICATED, SANDBOX_CREATE)),
+    ("POST", "/sandbox", "daytona.sandbox.create", (SANDBOX_CREATE,)),
     ("GET", "/sandbox", "daytona.sandbox.list", (AUTHENTICATED,)),
     ("GET", "/sandbox/{sid}", "daytona.sandbox.get", (AUTHENTICATED,)),
-    ("DELETE", "/sandbox/{sid}", "daytona.sandbox.delete", (AUTHENTICATED, SANDBOX_LIFECYCLE)),
-    ("POST", "/sandbox/{sid}/start", "daytona.sandbox.start", (AUTHENTICATED, SANDBOX_LIFECYCLE)),
-    ("POST", "/sandbox/{sid}/stop", "daytona.sandbox.stop", (AUTHENTICATED, SANDBOX_LIFECYCLE)),
+    ("DELETE", "/sandbox/{sid}", "daytona.sandbox.delete", (SANDBOX_LIFECYCLE,)),
+    ("POST", "/sandbox/{sid}/start", "daytona.sandbox.start", (SANDBOX_LIFECYCLE,)),
+    ("POST", "/sandbox/{sid}/stop", "daytona.sandbox.stop", (SANDBOX_LIFECYCLE,)),
     ("GET", "/sandbox/{sid}/toolbox-proxy-url", "daytona.sandbox.toolbox_proxy_url", (AUTHENTICATED,)),
     ("PUT", "/sandbox/{sid}/labels", "daytona.sandbox.labels", (AUTHENTICATED,)),
     ("POST", "/sandbox/{sid}/autostop/{interval}", "daytona.sandbox.autostop", (AUTHENTICATED,)),

@@ -73,14 +73,24 @@ PROFILES: dict[str, dict[str, Any]] = {
     "daytona-tier1": {
         "seed": 0,
         "description": (
-            "Daytona Tier 1 throttlers per minute: authenticated 10,000 (every control-plane route), "
-            "sandbox-create 300, sandbox-lifecycle 10,000 (delete, start, stop), with Daytona's headers."
+            "Daytona Tier 1 throttlers per minute: authenticated 10,000 (the control-plane routes but creation "
+            "and the lifecycle), sandbox-create 300, sandbox-lifecycle 10,000 (delete, start, stop), with Daytona's "
+            "headers."
         ),
         "rules": [],
         "limits": [
             {
                 "name": "authenticated",
-                "route": "daytona.sandbox.*",
+                # The API's creation and lifecycle routes skip it (@SkipThrottle({authenticated: true})).
+                "route": [
+                    "daytona.sandbox.list",
+                    "daytona.sandbox.get",
+                    "daytona.sandbox.toolbox_proxy_url",
+                    "daytona.sandbox.labels",
+                    "daytona.sandbox.autostop",
+                    "daytona.sandbox.autodelete",
+                    "daytona.sandbox.autoarchive",
+                ],
                 "max_requests": 10000,
                 "per": 60,
                 "headers_style": "daytona",
