@@ -25,7 +25,6 @@ from .errors import ApiError
 CODE_LANGUAGE_LABEL = "code-toolbox-language"
 DAEMON_VERSION = "0.226.1"
 
-#: States in which a sandbox counts against CPU and memory quotas.
 #: What the API adds to a refusal of the organization's CPU, memory or disk pool (its UPGRADE_TIER_MESSAGE with the
 #: cloud's dashboard), and to the disk one first.
 _UPGRADE_TIER = "To increase concurrency limits, upgrade your organization's Tier by visiting https://app.daytona.io/dashboard/limits."
@@ -41,6 +40,7 @@ def _assert_not_errored(sandbox: Sandbox) -> None:
         raise ApiError(400, "Sandbox is in an errored state")
 
 
+#: States in which a sandbox counts against CPU and memory quotas.
 _RUNNING = frozenset({"creating", "starting", "started", "stopping", "restoring", "resizing"})
 
 
@@ -312,15 +312,20 @@ class SandboxStore:
         live = list(self._sandboxes.values())
         if quotas.max_sandboxes is not None and len(live) + 1 > quotas.max_sandboxes:
             raise ApiError(400, f"Sandbox quota exceeded. Maximum allowed: {quotas.max_sandboxes}.")
-        running = [s for s in live if s.state in _RUNNING]
+        self._check_running_quotas(cpu, memory)
+        if quotas.total_disk_gib is not None and sum(s.disk for s in live) + disk > quotas.total_disk_gib:
+            message = f"Total disk limit exceeded. Maximum allowed: {quotas.total_disk_gib}GiB."
+            raise ApiError(400, f"{message}\n{_ARCHIVE_SANDBOXES}\n{_UPGRADE_TIER}")
+
+    def _check_running_quotas(self, cpu: int, memory: int) -> None:
+        """The pool's CPU and memory, which running sandboxes hold, with ``cpu`` and ``memory`` more."""
+        quotas = self.config.quotas
+        running = [s for s in self._sandboxes.values() if s.state in _RUNNING]
         if quotas.total_cpu is not None and sum(s.cpu for s in running) + cpu > quotas.total_cpu:
             raise ApiError(400, f"Total CPU limit exceeded. Maximum allowed: {quotas.total_cpu}.\n{_UPGRADE_TIER}")
         if quotas.total_memory_gib is not None and sum(s.memory for s in running) + memory > quotas.total_memory_gib:
             message = f"Total memory limit exceeded. Maximum allowed: {quotas.total_memory_gib}GiB."
             raise ApiError(400, f"{message}\n{_UPGRADE_TIER}")
-        if quotas.total_disk_gib is not None and sum(s.disk for s in live) + disk > quotas.total_disk_gib:
-            message = f"Total disk limit exceeded. Maximum allowed: {quotas.total_disk_gib}GiB."
-            raise ApiError(400, f"{message}\n{_ARCHIVE_SANDBOXES}\n{_UPGRADE_TIER}")
 
     def find(self, id_or_name: str) -> Sandbox | None:
         """The live sandbox with this id or name (timers applied), else None."""
@@ -356,6 +361,7 @@ class SandboxStore:
                 raise ApiError(409, _STATE_CHANGE_IN_PROGRESS)
             if sandbox.state not in ("stopped", "archived"):
                 raise ApiError(400, "Sandbox is not in valid state")
+            self._check_running_quotas(sandbox.cpu, sandbox.memory)  # as the API's start validates the pool
             sandbox.desired_state = "started"
             sandbox.stopped_mono = None
             if self.config.start_latency > 0:

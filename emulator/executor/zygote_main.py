@@ -570,6 +570,9 @@ def _plan_rlimits(plan: _Plan, req: dict[str, Any]) -> None:
             # the program may raise it again, up to the hard limit it inherited.
             if hard != resource.RLIM_INFINITY and memory > hard:
                 plan.failure = "memory limit above hard rlimit"
+            cap = lim["as_cap"]
+            if res == resource.RLIMIT_AS and cap > 0 and (hard == resource.RLIM_INFINITY or hard > cap):
+                hard = max(cap, memory)  # raised again, it stays under the emulator's safety cap (a deliberate limit)
             out.append((res, (memory, hard)))
         if req["mode"] == "python":
             page = resource.getpagesize()

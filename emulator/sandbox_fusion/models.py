@@ -65,9 +65,9 @@ class RunCodeResponse(BaseModel):
 
 class RunJupyterRequest(BaseModel):
     cells: list[str] = Field(..., description="code cells run in order in one kernel")
-    cell_timeout: float = Field(0, description="max run time of each cell; 0 = no per-cell limit")
-    total_timeout: float = Field(45, description="max run time of all the cells")
-    memory_limit_MB: int = Field(-1, description="memory limit in MB; -1 = none")
+    cell_timeout: float = Field(0, description="accepted and not applied, as upstream's driver does")
+    total_timeout: float = Field(45, description="the driver runs for at most this plus 10 seconds")
+    memory_limit_MB: int = Field(-1, description="accepted and not applied, as upstream's runner does")
     kernel: Literal["python3"] = "python3"
     files: dict[str, str] = Field({}, description="path -> base64 content")
     fetch_files: list[str] = Field([], description="paths returned base64-encoded after the run")

@@ -35,7 +35,8 @@ class RequestInvalid(Exception):
 
 
 #: FastAPI 0.103's answer to a JSON body whose parsing fails other than by a JSONDecodeError (bytes that are not
-#: UTF-8, nesting too deep for the decoder): its handler turns any such exception into this 400.
+#: UTF-8, nesting too deep for the decoder, an integer of more digits than Python converts): its handler turns any
+#: such exception into this 400.
 PARSE_ERROR = "There was an error parsing the body"
 
 
@@ -113,7 +114,7 @@ def parse_body(model: type[ModelT], body: bytes, content_type: str | None) -> Mo
                     }
                 ]
             ) from None
-        except (UnicodeDecodeError, RecursionError):
+        except Exception:  # not UTF-8, nested too deep, an integer past Python's digit limit, ...: FastAPI's 400
             raise RequestInvalid(PARSE_ERROR, status=400) from None
         if payload is None:  # FastAPI reads a JSON null as no body at all
             raise RequestInvalid(_missing_body())

@@ -99,6 +99,14 @@ def test_create_over_quota_is_a_bad_request() -> None:
             "\nTo increase concurrency limits, upgrade your organization's Tier by visiting "
             "https://app.daytona.io/dashboard/limits."
         )
+    with make_server(_config(quotas=Quotas(total_cpu=2))) as server:  # a start asks the pool too, as the API's does
+        daytona = Daytona(DaytonaConfig(api_url=server.url, api_key=KEY))
+        first = daytona.create(CreateSandboxFromSnapshotParams())
+        first.stop()
+        daytona.create()
+        daytona.create()
+        with pytest.raises(DaytonaValidationError, match="Total CPU limit exceeded"):
+            first.start()
     with make_server(_config(quotas=Quotas(max_sandboxes=1))) as server:
         daytona = Daytona(DaytonaConfig(api_url=server.url, api_key=KEY))
         daytona.create()

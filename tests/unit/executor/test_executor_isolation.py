@@ -168,8 +168,9 @@ def test_rlimits(runner: Runner) -> None:
     if ROOT:
         assert "RLIMIT_NPROC (512, 512)" in plain
     limited = runner.run(code, memory_limit_mb=256).stdout or ""
-    for name in ("RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_STACK"):  # the soft limit alone, as the real server's preexec
+    for name in ("RLIMIT_DATA", "RLIMIT_STACK"):  # the soft limit alone, as the real server's preexec
         assert f"{name} ({256 * mib}, {resource.getrlimit(getattr(resource, name))[1]})" in limited
+    assert f"RLIMIT_AS ({256 * mib}, {4096 * mib})" in limited  # the hard one at the safety cap
 
 
 def test_file_size_limit(runner: Runner) -> None:
