@@ -296,6 +296,39 @@ class _WorkdirError(Exception):
 # --- zygote state -------------------------------------------------------------------------
 
 
+class _OffHeap:
+    """Output kept out of the zygote's heap, in an anonymous map its forked children do not get (``MADV_DONTFORK``).
+
+    A capture larger than Sandbox Fusion's (a Daytona command's, up to tens of MiB) kept in the heap would be in every
+    child forked meanwhile: in its address space (against a ``memory_limit_MB``) and write-protected at each fork.
+    """
+
+    __slots__ = ("map", "size")
+
+    def __init__(self, capacity: int, first: bytes | bytearray) -> None:
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0)
+        self.map = mmap.mmap(-1, capacity, flags=flags)
+        self.map.madvise(mmap.MADV_DONTFORK)
+        self.size = 0
+        self.append(first)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def append(self, data: bytes | bytearray) -> None:
+        end = self.size + len(data)
+        self.map[self.size : end] = data
+        self.size = end
+
+    def view(self) -> memoryview:
+        """What was kept, without a copy (the map lives as long as the view)."""
+        return memoryview(self.map)[: self.size]
+
+
+#: Kept output past this moves out of the heap (see _OffHeap); Sandbox Fusion's capture never gets there.
+_OFF_HEAP_FROM = KEEP
+
+
 class _Stream:
     """One output pipe of a child, read by the zygote within the keep/absorb budgets."""
 
@@ -305,7 +338,7 @@ class _Stream:
         self.fd = fd
         self.keep = keep
         self.absorb = absorb
-        self.kept = bytearray()
+        self.kept: bytearray | _OffHeap = bytearray()
         self.absorbed = 0
         self.reading = True
         self.eof = False  # every writer has closed it (not just our budget used up)
@@ -501,7 +534,7 @@ _HELD: list[Any] = [None, None, [], [], None]
 _K_SOCK, _K_OUT, _K_ERR, _K_PIDFD, _K_STDIN, _K_WAKE = range(6)
 
 
-def _frame(msg: dict[str, Any], blobs: list[bytes]) -> bytes:
+def _frame(msg: dict[str, Any], blobs: list[bytes | memoryview] | list[bytes]) -> bytes:
     if blobs:
         msg["b"] = [len(b) for b in blobs]
     head = json.dumps(msg, separators=(",", ":")).encode()
@@ -509,7 +542,7 @@ def _frame(msg: dict[str, Any], blobs: list[bytes]) -> bytes:
     return b"".join([_HDR.pack(body_len, len(head)), head, *blobs])
 
 
-def _send(msg: dict[str, Any], blobs: list[bytes] | None = None) -> None:
+def _send(msg: dict[str, Any], blobs: list[bytes | memoryview] | list[bytes] | None = None) -> None:
     """Queue one frame; flushed once per loop iteration."""
     _State.outbuf.extend(_frame(msg, blobs or []))  # in place: no class attribute is assigned
 
@@ -1310,7 +1343,13 @@ def _read_stream(stream: _Stream) -> bool:
         stream.absorbed += len(chunk)
         missing = stream.keep - len(kept)
         if missing > 0:
-            kept += chunk[:missing]
+            piece = chunk[:missing]
+            if isinstance(kept, bytearray) and len(kept) + len(piece) > _OFF_HEAP_FROM:
+                kept = stream.kept = _OffHeap(stream.keep, kept)
+            if isinstance(kept, bytearray):
+                kept += piece
+            else:
+                kept.append(piece)
     # EOF or budget used up: stop reading (the fd stays open, so a writer blocks).
     stream.reading = False
     if _State.handlers.pop(fd, None) is not None:
@@ -1440,14 +1479,15 @@ def _complete(child: _Child) -> None:
     if child.done is not None and child.learning is None:
         child.done.close()
         child.done = None
-    blobs: list[bytes] = []
+    blobs: list[bytes | memoryview] = []
     for stream in (child.out, child.err):
         assert stream is not None
         _read_stream(stream)
         if _State.handlers.pop(stream.fd, None) is not None:
             _State.epoll.unregister(stream.fd)
         os.close(stream.fd)
-        blobs.append(bytes(stream.kept))
+        kept = stream.kept
+        blobs.append(bytes(kept) if isinstance(kept, bytearray) else kept.view())
     _drain_status()
     failure = _State.failures.pop(child.pid, None)
     workdir = child.workdir
@@ -1469,7 +1509,11 @@ def _complete(child: _Child) -> None:
         out, err = blobs
         flags = (1 if removed else 0) | (2 if child.reported else 0)
         body = _EXITED_BODY.pack(child.req_id, child.rc or 0, child.exited_at, flags, len(out), len(err))
-        _State.outbuf.extend(b"".join([_HDR.pack(len(body) + len(out) + len(err), _EXITED), body, out, err]))
+        outbuf = _State.outbuf
+        outbuf += _HDR.pack(len(body) + len(out) + len(err), _EXITED)
+        outbuf += body
+        outbuf += out  # each part once: no joined copy of an output that may be tens of MiB
+        outbuf += err
         return
     msg: dict[str, Any] = {"op": "exited", "id": child.req_id, "rc": child.rc, "at": child.exited_at}
     if child.killed:

@@ -116,3 +116,28 @@ def test_the_request_decodes_its_output(runner: Runner) -> None:
     assert (got.stdout, got.stderr) == ("61ff62", "fe")
     got = _run(runner, code, SANDBOX_FUSION_CAPTURE)
     assert (got.stdout or "").startswith("[DecodeError] 'utf-8' codec can't decode byte 0xff in position 1")
+
+
+def test_a_large_capture_is_not_in_the_programs_forked_meanwhile(runner: Runner) -> None:
+    """A capture kept past Sandbox Fusion's size lives out of the warm interpreter's heap: the programs it forks while
+    it holds 30 MB of another's output do not get those 30 MB in their address space (where they would count against
+    a memory limit)."""
+    if runner.mode != "fast":
+        pytest.skip("the fresh-process path forks no program from the warm interpreter")
+    size = "import re\nprint(re.search(r'VmSize:\\s+(\\d+)', open('/proc/self/status').read()).group(1))"
+    holder_code = (
+        "import sys, time\nsys.stdout.write('x' * 30_000_000)\nsys.stdout.flush()\ntime.sleep(2)\nprint('done')"
+    )
+
+    async def scenario() -> tuple[list[int], int, ExecutionResult]:
+        holder = asyncio.ensure_future(_arun(runner, holder_code, OutputCapture(keep=64 << 20, absorb=None)))
+        during = []
+        while not holder.done():
+            during.append(int((await _arun(runner, size, DRAIN)).stdout or "0"))
+        after = int((await _arun(runner, size, DRAIN)).stdout or "0")
+        return during, after, await holder
+
+    during, after, held = runner.call(scenario())
+    assert held.return_code == 0 and len(held.stdout or "") == 30_000_005, held.stderr
+    assert len(during) > 5
+    assert max(during) - after < 10_000, (during, after)  # VmSize in kB: far less than the 30 MB held
