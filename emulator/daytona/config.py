@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 #: The key ``serve`` prints and the pytest fixtures use when none is configured.
@@ -16,7 +17,7 @@ SANDBOX_LIFECYCLE = "sandbox-lifecycle"
 
 #: The most bytes of a command's output the emulator keeps where the daemon keeps it all (a buffer or a file with no
 #: bound): each stream of a ``/process/execute`` or ``/process/code-run``, and (by default) a session command's log.
-#: Past it, output is read and dropped: the writer never blocks, and an endless one costs no memory.
+#: Past it, output is read and dropped: the writer never blocks, and an endless one costs no more memory.
 OUTPUT_LIMIT = 64 * 1024 * 1024
 
 
@@ -28,6 +29,13 @@ class ThrottlerSpec:
     name: str
     limit: int
     ttl_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 0:
+            raise ValueError(f"ThrottlerSpec {self.name!r}: limit must be a whole number >= 0, got {self.limit!r}")
+        ttl = self.ttl_s
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl) or ttl <= 0:
+            raise ValueError(f"ThrottlerSpec {self.name!r}: ttl_s must be a finite number of seconds > 0, got {ttl!r}")
 
 
 @dataclass(frozen=True)

@@ -191,9 +191,15 @@ def with_request_fields(body: str, status: int, route: str, path: str, method: s
     engine's decision (replayable, logged) holds the envelope without them and the HTTP layer adds them here. A body
     the fault plan gives is the plan's and is sent as written.
     """
-    if not route.startswith("daytona.") or body not in (DAYTONA_429_BODY, default_status_response(status, route)[0]):
+    if not route.startswith("daytona."):
         return body
-    envelope = json.loads(body)
+    try:
+        envelope = json.loads(body)
+    except ValueError:
+        return body
+    defaults = (DAYTONA_429_BODY, default_status_response(status, route)[0])
+    if not any(envelope == json.loads(default) for default in defaults):  # JSON, not text: a log's older spacing too
+        return body
     envelope["path"] = path
     envelope["timestamp"] = now_iso()
     if not route.startswith("daytona.sandbox"):

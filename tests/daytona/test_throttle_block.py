@@ -64,3 +64,14 @@ def test_the_throttlers_after_a_refusing_one_neither_count_nor_answer() -> None:
     assert _hit(throttlers, clock, 1, names) == (False, {"Retry-After-authenticated": "60"})
     allowed, headers = _hit(throttlers, clock, 2, ("sandbox-create",))
     assert allowed and headers["X-RateLimit-Remaining-sandbox-create"] == "3"  # the refused request was not counted
+
+
+def test_a_throttler_that_could_not_answer_is_refused_when_configured() -> None:
+    import math
+
+    import pytest
+
+    for limit, ttl in ((-1, 60.0), (1.5, 60.0), (True, 60.0), (1, 0.0), (1, -5.0), (1, math.inf), (1, math.nan)):
+        with pytest.raises(ValueError, match="ThrottlerSpec 'x'"):
+            ThrottlerSpec("x", limit, ttl)  # type: ignore[arg-type]
+    assert ThrottlerSpec("x", 0, 1).ttl_s == 1  # a limit of 0 refuses every hit; a whole ttl is fine

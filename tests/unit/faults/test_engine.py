@@ -307,3 +307,17 @@ def test_one_requests_delay_is_at_most_a_day() -> None:
         ]
     }
     assert [_engine(plan).decide(RC, f"k{i}").latency for i in range(3)] == [86_400.0] * 3
+
+
+def test_a_default_daytona_fault_body_gets_the_request_fields_whatever_its_json_spacing() -> None:
+    """A decision log holds the default body as it was written then (spaced JSON before the compact one): replayed,
+    it is still the default envelope and gets ``path`` and ``timestamp``, which the SDK's error model requires."""
+    from emulator.faults.bodies import with_request_fields
+
+    spaced = json.dumps({"statusCode": 503, "error": "Service Unavailable", "message": "injected fault"})
+    for body in (spaced, json.dumps(json.loads(spaced), separators=(",", ":"))):
+        filled = json.loads(with_request_fields(body, 503, "daytona.sandbox.get", "/api/sandbox/x", "GET"))
+        assert filled["path"] == "/api/sandbox/x" and filled["timestamp"].endswith("Z")
+    own = json.dumps({"statusCode": 503, "message": "the plan's own"})
+    assert with_request_fields(own, 503, "daytona.sandbox.get", "/api/sandbox/x", "GET") == own
+    assert with_request_fields("not json", 503, "daytona.sandbox.get", "/api/sandbox/x", "GET") == "not json"
