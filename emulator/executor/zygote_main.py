@@ -1062,9 +1062,11 @@ def _as_read_from_a_file(exc: BaseException, source: bytes, path: str) -> BaseEx
     if not isinstance(exc, SyntaxError | ValueError) or "null bytes" not in str(exc) or b"\0" not in source:
         return exc
     at = source.index(b"\0")
-    start = source.rfind(b"\n", 0, at) + 1
+    before = source[:at]
+    start = max(before.rfind(b"\n"), before.rfind(b"\r")) + 1  # a line ends at \n, \r\n or a lone \r
+    line = before.count(b"\n") + before.count(b"\r") - before.count(b"\r\n") + 1
     text = source[start:at].decode("utf-8", "replace")
-    return SyntaxError("source code cannot contain null bytes", (path, source.count(b"\n", 0, at) + 1, None, text))
+    return SyntaxError("source code cannot contain null bytes", (path, line, None, text))
 
 
 # --- zygote side: requests -------------------------------------------------------------------

@@ -311,6 +311,7 @@ def test_fresh_interpreter_process_state(both: dict[str, Runner]) -> None:
         "x = 1\nprint(1)\0\n",
         "\0print(1)",
         "a = 1\r\nb = 2\0",
+        "a = 1\rb = 2\rc\0",
         "y = '\u00e9'\0 + 1\n",
     ],
 )

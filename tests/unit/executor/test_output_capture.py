@@ -118,12 +118,11 @@ def test_the_request_decodes_its_output(runner: Runner) -> None:
     assert (got.stdout or "").startswith("[DecodeError] 'utf-8' codec can't decode byte 0xff in position 1")
 
 
-def test_a_large_capture_is_not_in_the_programs_forked_meanwhile(runner: Runner) -> None:
+def test_a_large_capture_is_not_in_the_programs_forked_meanwhile(both: dict[str, Runner]) -> None:
     """A capture kept past Sandbox Fusion's size lives out of the warm interpreter's heap: the programs it forks while
     it holds 30 MB of another's output do not get those 30 MB in their address space (where they would count against
-    a memory limit)."""
-    if runner.mode != "fast":
-        pytest.skip("the fresh-process path forks no program from the warm interpreter")
+    a memory limit). Only the fast path forks programs from the warm interpreter."""
+    runner = both["fast"]
     size = "import re\nprint(re.search(r'VmSize:\\s+(\\d+)', open('/proc/self/status').read()).group(1))"
     holder_code = (
         "import sys, time\nsys.stdout.write('x' * 30_000_000)\nsys.stdout.flush()\ntime.sleep(2)\nprint('done')"
