@@ -26,7 +26,7 @@ from emulator.faults.bodies import now_iso
 from emulator.gate import WS_TIMEOUT_CLOSE, FaultGate, current_entry
 from emulator.journal import retry_after_detail
 
-from . import session_shell
+from . import search, session_shell
 from .config import AUTHENTICATED, SANDBOX_CREATE, SANDBOX_LIFECYCLE, DaytonaConfig
 from .errors import DAEMON_SOURCE, ApiError, api_error, daemon_error, json_response
 from .files import (
@@ -340,34 +340,11 @@ class DaytonaService:
         return self._sandbox_json(sandbox, request)
 
     async def _op_list(self, request: Request, body: dict[str, Any]) -> dict[str, Any]:
-        query = request.query_params
-        sandboxes = self.store.list()
-        labels_raw = query.get("labels")
-        if labels_raw:
-            try:
-                wanted = json.loads(labels_raw)
-            except json.JSONDecodeError:
-                raise ApiError(400, "labels must be a JSON object") from None
-            if not isinstance(wanted, dict):
-                raise ApiError(400, "labels must be a JSON object")
-            sandboxes = [s for s in sandboxes if all(s.labels.get(k) == v for k, v in wanted.items())]
-        states = [p for v in query.getlist("states") for p in v.split(",") if p]
-        if states:
-            sandboxes = [s for s in sandboxes if s.state in states]
-        if query.get("id"):
-            sandboxes = [s for s in sandboxes if s.id.lower().startswith(query["id"].lower())]
-        if query.get("name"):
-            sandboxes = [s for s in sandboxes if s.name.lower().startswith(query["name"].lower())]
-        if query.get("order") == "desc":
-            sandboxes.reverse()
-        try:
-            limit = max(1, min(200, int(query.get("limit") or 100)))
-            offset = max(0, int(query.get("cursor") or 0))
-        except ValueError:
-            raise ApiError(400, "cursor and limit must be integers") from None
-        page = sandboxes[offset : offset + limit]
-        next_cursor = str(offset + limit) if offset + limit < len(sandboxes) else None
-        return {"items": [self._sandbox_json(s, request, list_item=True) for s in page], "nextCursor": next_cursor}
+        """The API's search (``emulator/daytona/search.py``): validated query, filters, order, cursor pages."""
+        query = search.validate(search.parse_query(request.query_params.multi_items()))
+        page = search.search(self.store.list(), query)
+        items = [self._sandbox_json(s, request, list_item=True) for s in page.items]
+        return {"items": items, "nextCursor": page.next_cursor}
 
     async def _op_delete(self, request: Request, body: dict[str, Any]) -> dict[str, Any]:
         sandbox = self.store.delete(request.path_params["sid"])

@@ -65,18 +65,20 @@ def test_control_plane_shapes(client: httpx.Client) -> None:
 
 def test_pagination(client: httpx.Client) -> None:
     ids = [_ok(client.post("/sandbox", json={"labels": {"p": "1"}}))["id"] for _ in range(5)]
-    seen: list[str] = []
+    seen: list[dict[str, Any]] = []
     cursor: str | None = None
     while True:
         params = {"limit": "2", "labels": '{"p": "1"}'}
         if cursor:
             params["cursor"] = cursor
         page = _ok(client.get("/sandbox", params=params))
-        seen += [i["id"] for i in page["items"]]
+        seen += page["items"]
         cursor = page["nextCursor"]
         if not cursor:
             break
-    assert seen == ids
+    assert sorted(i["id"] for i in seen) == sorted(ids)
+    # The API's default order: the most recently active first, the id breaking ties.
+    assert seen == sorted(seen, key=lambda i: (i["lastActivityAt"], i["id"]), reverse=True)
 
 
 def test_toolbox_shapes(client: httpx.Client, server: EmulatorServer) -> None:
