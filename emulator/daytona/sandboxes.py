@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from emulator.executor.trees import remove_tree
@@ -398,11 +399,30 @@ class SandboxStore:
             self._destroy_locked(sandbox)
 
     def delete(self, id_or_name: str) -> Sandbox:
+        """The API's ``destroy``: a sandbox between states (creating, starting: the API's ``pending``) is a 409; any
+        other is soft-deleted, and the answer is that update as the API returns it: the state as it was,
+        ``desiredState`` destroyed, the name freed by renaming it ``DESTROYED_<name>_<epoch ms>``. The runner's
+        teardown, a moment later in the real service, is done at once: the sandbox is gone (404) from the next
+        request on."""
         with self._lock:
             sandbox = self.get(id_or_name)
+            if sandbox.state != sandbox.desired_state and sandbox.state not in ("error", "build_failed"):
+                raise ApiError(409, _STATE_CHANGE_IN_PROGRESS)
+            answer = replace(
+                sandbox,
+                desired_state="destroyed",
+                name=f"DESTROYED_{sandbox.name}_{time.time_ns() // 1_000_000}",
+                updated_at=now_iso(),
+            )
             self._destroy_locked(sandbox)
-            sandbox.state = "destroying"
-            return sandbox
+            return answer
+
+    def discard(self, sandbox_id: str) -> None:
+        """Tear a sandbox down whatever its state (a creation that failed half-way), without the API's rules."""
+        with self._lock:
+            sandbox = self._sandboxes.get(sandbox_id)
+            if sandbox is not None:
+                self._destroy_locked(sandbox)
 
     def _destroy_locked(self, sandbox: Sandbox) -> None:
         if self._sandboxes.pop(sandbox.id, None) is None:

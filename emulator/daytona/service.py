@@ -329,7 +329,7 @@ class DaytonaService:
         try:
             await self._ensure_home(sandbox)
         except BaseException:
-            self.store.delete(sandbox.id)
+            self.store.discard(sandbox.id)
             raise
         _note(sandbox)
         return self._sandbox_json(sandbox, request)

@@ -59,17 +59,21 @@ def normalize_run_code(body: Any) -> Any:
 UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE)
 ISO_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:?\d{2})?")
 ORIGIN = re.compile(r"\bhttps?://[A-Za-z0-9.\-]+(:\d+)?")
+#: The name Daytona's soft delete gives (``DESTROYED_<name>_<epoch ms>``): its time differs on every run.
+SOFT_DELETED_NAME = re.compile(r"\A(DESTROYED_.*_)\d{13}\Z", re.S)
 #: Keys whose values are measured durations: different on every run.
 TIMING_KEYS = frozenset({"execution_time", "executionTime", "duration"})
 
 
 def normalize_generic(value: Any) -> Any:
-    """Ids, dates, URL origins and timings replaced by placeholders, everywhere in a JSON value; temp paths too."""
+    """Ids, dates, URL origins, timings and soft-deleted names' times replaced by placeholders, everywhere in a JSON
+    value; temp paths too."""
     if isinstance(value, dict):
         return {k: normalize_generic(v) for k, v in value.items() if k not in TIMING_KEYS}
     if isinstance(value, list):
         return [normalize_generic(v) for v in value]
     if isinstance(value, str):
+        value = SOFT_DELETED_NAME.sub(r"\1<EPOCH_MS>", value)
         value = ORIGIN.sub("<ORIGIN>", value)
         value = ISO_DATE.sub("<DATE>", value)
         return UUID.sub("<UUID>", normalize_text(value) or "")

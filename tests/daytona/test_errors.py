@@ -249,3 +249,73 @@ def test_start_and_stop_refuse_what_the_api_refuses() -> None:
             answer = httpx.post(f"{server.url}/sandbox/{creating['id']}/{action}", headers=headers)
             assert (answer.status_code, answer.json()["message"]) == (409, "Sandbox state change in progress")
         assert httpx.get(f"{server.url}/sandbox/{creating['id']}", headers=headers).json()["state"] == "creating"
+
+
+class _SteppedClock:
+    """The emulator's clock, moved by the test (only the store's timers read it here)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_delete_answers_the_soft_deleted_sandbox_and_frees_its_name() -> None:
+    """The API's ``destroy``: the answer is the sandbox with its state as it was, ``desiredState`` destroyed and the
+    name renamed ``DESTROYED_<name>_<epoch ms>`` (which the SDK copies into ``sandbox.name``); the name is free at
+    once."""
+    import re
+    import time
+
+    import httpx
+
+    with make_server(_config()) as server:
+        headers = {"Authorization": f"Bearer {KEY}"}
+        made = httpx.post(server.url + "/sandbox", json={"name": "box"}, headers=headers).json()
+        before = time.time_ns() // 1_000_000
+        answer = httpx.delete(f"{server.url}/sandbox/{made['id']}", headers=headers)
+        after = time.time_ns() // 1_000_000
+        assert answer.status_code == 200
+        gone = answer.json()
+        assert (gone["id"], gone["state"], gone["desiredState"]) == (made["id"], "started", "destroyed")
+        stamp = re.fullmatch(r"DESTROYED_box_(\d{13})", gone["name"])
+        assert stamp and before <= int(stamp.group(1)) <= after
+        assert httpx.get(f"{server.url}/sandbox/{made['id']}", headers=headers).status_code == 404
+        again = httpx.post(server.url + "/sandbox", json={"name": "box"}, headers=headers)
+        assert again.status_code == 200  # the name was freed by the rename
+
+        daytona = Daytona(DaytonaConfig(api_url=server.url, api_key=KEY))
+        sandbox = daytona.create(CreateSandboxFromSnapshotParams(name="sdk-box"))
+        sandbox.delete()
+        assert sandbox.name.startswith("DESTROYED_sdk-box_")
+        assert sandbox.state == SandboxState.STARTED  # as the API answers: the runner has not torn it down yet
+        waited = daytona.create()
+        waited.delete(wait=True)  # polls until destroyed; the 404 that follows counts as destroyed
+
+
+def test_deleting_a_sandbox_between_states_is_a_409_until_it_settles() -> None:
+    """The API refuses to delete a ``pending`` sandbox (creating, starting): 409, as for start and stop. Once the
+    creation is done the delete goes through. An errored sandbox is not pending and deletes at once."""
+    import httpx
+
+    from emulator.app import Emulator, EmulatorConfig
+
+    clock = _SteppedClock()
+    emulator = Emulator(EmulatorConfig(daytona=_config(create_latency=30)), clock=clock)
+    with EmulatorServer(emulator) as server:
+        headers = {"Authorization": f"Bearer {KEY}"}
+        creating = httpx.post(server.url + "/sandbox", json={}, headers=headers).json()
+        assert creating["state"] == "creating"
+        refused = httpx.delete(f"{server.url}/sandbox/{creating['id']}", headers=headers)
+        assert (refused.status_code, refused.json()["message"]) == (409, "Sandbox state change in progress")
+        assert httpx.get(f"{server.url}/sandbox/{creating['id']}", headers=headers).json()["state"] == "creating"
+        clock.now += 30
+        assert httpx.delete(f"{server.url}/sandbox/{creating['id']}", headers=headers).status_code == 200
+        server.emulator.daytona.store.fail_next_creates(1, "error", "boom")
+        broken = httpx.post(server.url + "/sandbox", json={}, headers=headers).json()
+        answer = httpx.delete(f"{server.url}/sandbox/{broken['id']}", headers=headers)
+        assert (answer.status_code, answer.json()["state"]) == (200, "error")
