@@ -93,11 +93,14 @@ def normalize_code(code: str) -> str:
 
 
 class _Infra(Exception):
-    def __init__(self, reason: str, retry_after: float | None = None, retryable: bool = True) -> None:
+    def __init__(
+        self, reason: str, retry_after: float | None = None, retryable: bool = True, status: int | None = None
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.retry_after = retry_after
         self.retryable = retryable
+        self.status = status
 
 
 @dataclass
@@ -221,7 +224,7 @@ class DaytonaTool(BaseTool):
             headers = {str(k): str(v) for k, v in (raw_headers or {}).items()}
             retryable = status is None or status in self.retry.retry_statuses
             reason = f"HTTP {status}" if status is not None else type(exc).__name__
-            raise _Infra(reason, retry_after_seconds(headers), retryable) from None
+            raise _Infra(reason, retry_after_seconds(headers), retryable, status) from None
         except (OSError, asyncio.TimeoutError) as exc:
             raise _Infra(f"{type(exc).__name__}: {exc}"[:200]) from None
         finally:
@@ -268,6 +271,9 @@ class DaytonaTool(BaseTool):
             if maybe_created[0]:
                 existing = await self._owned(owner)
                 if existing:
+                    # The earlier attempt's sandbox may still be creating (its create timed out on our side).
+                    if str(getattr(existing[0].state, "value", existing[0].state)) != "started":
+                        await existing[0].wait_for_sandbox_start(timeout=self.create_timeout)
                     return existing[0]
             try:
                 return await self._client.create(params, timeout=self.create_timeout)
@@ -309,10 +315,26 @@ class DaytonaTool(BaseTool):
                 await self._delete(sandbox)
 
     async def _delete(self, sandbox: Any) -> None:
-        try:
-            await self._with_retries(lambda: sandbox.delete(timeout=self.delete_timeout))
-        except Exception:
-            self.undeleted.append(str(getattr(sandbox, "id", "?")))
+        """Delete ``sandbox``, retried per the policy; a 409 (the API refuses to delete a sandbox between states, one
+        still creating after a create that timed out, say) is waited out until ``delete_timeout``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.delete_timeout
+        waits = 0
+        while True:
+            try:
+                await self._with_retries(lambda: sandbox.delete(timeout=self.delete_timeout))
+                return
+            except _Infra as exc:
+                left = deadline - loop.time()
+                if exc.status == 409 and left > 0:
+                    waits += 1
+                    await asyncio.sleep(min(self.retry.delay(waits, self._rng), left))
+                    continue
+                self.undeleted.append(str(getattr(sandbox, "id", "?")))
+                return
+            except Exception:
+                self.undeleted.append(str(getattr(sandbox, "id", "?")))
+                return
 
     def _spawn(self, coroutine: Any) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)

@@ -256,3 +256,29 @@ def test_bad_config_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
         DaytonaTool({"type": "native", "api_key": "k", "language": "typescript"})
     with pytest.raises(ValueError, match="sandbox_scope"):
         DaytonaTool({"type": "native", "api_key": "k", "sandbox_scope": "forever"})
+
+
+@pytest.mark.parametrize("attempts", [1, 2])
+def test_a_create_that_timed_out_while_creating_is_adopted_or_swept(attempts: int) -> None:
+    """The create times out on the tool's side while the sandbox is still creating. With a second attempt the tool
+    finds it by its label and waits for it to start; with none it deletes it, and the API refuses to delete a sandbox
+    between states (409) until the creation is done: the tool waits that out rather than leaving it behind."""
+    from emulator.app import Emulator, EmulatorConfig
+    from emulator.daytona.config import DaytonaConfig as EmulatedDaytona
+
+    emulator = Emulator(EmulatorConfig(daytona=EmulatedDaytona(api_key="k", create_latency=2.0)))
+    with EmulatorServer(emulator) as server:
+        retry = {**FAST_RETRY, "max_attempts": attempts}
+        tool = make_tool(server, create_timeout=1.5, retry=retry)
+        [(text, _metrics)] = run_calls(tool, [{"code": "print('ok')"}])
+        journal = server.emulator.journal
+        assert len(journal.entries("daytona.sandbox.create")) == 1
+        deletes = [e.status for e in journal.entries("daytona.sandbox.delete")]
+        if attempts == 2:
+            assert text == "ok\n"
+            assert deletes == [200]  # released after the call
+        else:
+            assert text == INFRA_FAULT_OBSERVATION.format(reason="timeout")
+            assert deletes[-1] == 200 and set(deletes[:-1]) == {409} and len(deletes) >= 2
+        assert tool.undeleted == []
+        assert leaked(server) == []
