@@ -245,16 +245,31 @@ class DaytonaPool:
                 self.stats.orphans_deleted += self.stats.deleted - before
 
     async def _delete(self, box: Any) -> None:
-        """Delete ``box``, ``delete_attempts`` tries; a 404 means it is gone already (an earlier answer was lost)."""
-        from daytona import DaytonaNotFoundError
+        """Delete ``box``, ``delete_attempts`` tries; a 404 means it is gone already (an earlier answer was lost).
+
+        A 409 is the API refusing to delete a sandbox between states (one still creating after its create timed out
+        on our side): it is waited out, up to ``create_timeout``, without spending a try."""
+        from daytona import DaytonaError, DaytonaNotFoundError
 
         self._live.pop(box.id, None)
-        for _ in range(self.delete_attempts):
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.create_timeout
+        pause = 0.05
+        tries = 0
+        while tries < self.delete_attempts:
             try:
                 await box.delete()
             except DaytonaNotFoundError:
                 pass
+            except DaytonaError as exc:
+                if getattr(exc, "status_code", None) == 409 and loop.time() < deadline:
+                    await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
+                    pause = min(pause * 2, 1.0)
+                    continue
+                tries += 1
+                continue
             except Exception:
+                tries += 1
                 continue
             self.stats.deleted += 1
             return

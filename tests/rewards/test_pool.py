@@ -184,3 +184,25 @@ def test_a_completion_cannot_borrow_the_function_an_earlier_one_defined(
         assert reward(["p"], [GOOD]) == [1.0]
         assert reward(["p"], [nothing]) == [second]
     assert sandbox_emulator.emulator.daytona_report().leaked == []
+
+
+def test_a_sandbox_still_creating_after_its_create_timed_out_is_deleted_once_it_can_be() -> None:
+    """The pool's create gives up (its timeout) while the sandbox is still creating; the sweep finds it by the pool's
+    label, and the API refuses to delete it (409) until the creation is done: the pool waits that out."""
+    from daytona import DaytonaConfig
+
+    from emulator.app import Emulator, EmulatorConfig
+    from emulator.daytona.config import DaytonaConfig as EmulatedDaytona
+
+    emulator = Emulator(EmulatorConfig(daytona=EmulatedDaytona(api_key="k", create_latency=2.0)))
+    with EmulatorServer(emulator) as server:
+        pool = DaytonaPool(1, DaytonaConfig(api_url=server.url, api_key="k"), create_attempts=1, create_timeout=1.5)
+        with (
+            pytest.raises(RuntimeError, match="none of the 1 sandboxes could be created"),
+            SandboxReward(pool, "sort_numbers", timeout=1.0),
+        ):
+            pass
+        deletes = [e.status for e in server.emulator.journal.entries("daytona.sandbox.delete")]
+        assert deletes[-1] == 200 and set(deletes[:-1]) == {409} and len(deletes) >= 2
+        assert pool.stats.orphans_deleted == 1
+        assert server.emulator.daytona_report().leaked == []
