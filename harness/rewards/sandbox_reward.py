@@ -180,7 +180,10 @@ class DaytonaPool:
         self.stats = PoolStats()
         self._daytona: Any = None
         self._free: asyncio.Queue[Any] | None = None
+        #: The sandboxes in service: free in the queue or running a completion.
         self._live: dict[str, Any] = {}
+        #: Sandboxes taken out of service whose delete failed: no longer handed out, tried again on close.
+        self._undeleted: dict[str, Any] = {}
         #: Why the last sandbox creation failed, for the error when none could be created.
         self._create_error = ""
 
@@ -236,7 +239,7 @@ class DaytonaPool:
         for box in found:
             if "destroy" in str(getattr(box, "state", "")).lower():
                 continue  # on its way out already
-            held = box.id in self._live
+            held = box.id in self._live or box.id in self._undeleted
             if held and not closing:
                 continue
             before = self.stats.deleted
@@ -252,6 +255,7 @@ class DaytonaPool:
         from daytona import DaytonaError, DaytonaNotFoundError
 
         self._live.pop(box.id, None)
+        self._undeleted.pop(box.id, None)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.create_timeout
         pause = 0.05
@@ -273,7 +277,7 @@ class DaytonaPool:
                 continue
             self.stats.deleted += 1
             return
-        self._live[box.id] = box  # still listed: close() tries again
+        self._undeleted[box.id] = box  # out of service (never handed out again); close() tries again
 
     async def _replace(self, box: Any) -> None:
         assert self._free is not None
@@ -344,7 +348,7 @@ class DaytonaPool:
 
     async def close(self) -> None:
         """Delete every sandbox this pool created and still holds, then close the client."""
-        boxes = list(self._live.values())
+        boxes = [*self._live.values(), *self._undeleted.values()]
         await asyncio.gather(*(self._delete(b) for b in boxes), return_exceptions=True)
         if self._daytona is not None:
             await self._sweep(closing=True)  # one list request: anything left with our label goes now

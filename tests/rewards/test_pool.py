@@ -206,3 +206,37 @@ def test_a_sandbox_still_creating_after_its_create_timed_out_is_deleted_once_it_
         assert deletes[-1] == 200 and set(deletes[:-1]) == {409} and len(deletes) >= 2
         assert pool.stats.orphans_deleted == 1
         assert server.emulator.daytona_report().leaked == []
+
+
+#: Every run fails outside the program, the three deletes of the failed sandbox fail, and no replacement can be made.
+@pytest.mark.faults(
+    {
+        "rules": [
+            {"route": EXECUTE, "fault": {"status": 503}},
+            {"route": "daytona.sandbox.delete", "requests": "1-3", "fault": {"status": 503}},
+            {"route": CREATE, "requests": "2-", "fault": {"status": 503}},
+        ]
+    }
+)
+def test_a_sandbox_that_could_not_be_deleted_is_not_waited_for(
+    daytona_config: Any, sandbox_emulator: EmulatorServer, emulator_journal: Journal
+) -> None:
+    """A sandbox taken out of service whose delete failed is no longer one the pool can hand out: the pool is
+    exhausted (a clear error), not waiting forever for it to come back; close deletes it."""
+    outcome: list[BaseException | list[float]] = []
+
+    def score() -> None:
+        try:
+            with _pool_reward(daytona_config, size=1) as reward:
+                outcome.append(reward(["p"], [GOOD]))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=score, daemon=True)
+    worker.start()
+    worker.join(timeout=120)
+    assert not worker.is_alive(), "the pool waited for a sandbox it had given up"
+    [raised] = outcome
+    assert isinstance(raised, RuntimeError) and "every sandbox failed and none could be replaced" in str(raised)
+    assert [e.status for e in emulator_journal.entries("daytona.sandbox.delete")] == [503, 503, 503, 200]
+    assert sandbox_emulator.emulator.daytona_report().leaked == []
