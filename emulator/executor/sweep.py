@@ -37,17 +37,10 @@ def sweep_uid(uid: int) -> None:
 
 
 async def sweep_uid_async(uid: int) -> None:
-    """:func:`sweep_uid` without holding up the event loop."""
-    process = await asyncio.create_subprocess_exec(
-        *_argv(),
-        user=uid,
-        group=65534,
-        extra_groups=[],
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    await asyncio.shield(process.wait())
+    """:func:`sweep_uid` without holding up the event loop: in a thread, since uvloop (uvicorn's loop wherever it is
+    installed) refuses ``create_subprocess_exec``'s ``user``, ``group`` and ``extra_groups``. Shielded: a cancelled
+    caller does not leave the sweep half done."""
+    await asyncio.shield(asyncio.to_thread(sweep_uid, uid))
 
 
 __all__ = ["sweep_uid", "sweep_uid_async"]
