@@ -14,6 +14,9 @@ DEFAULT_ORGANIZATION_ID = "emulator-org"
 AUTHENTICATED = "authenticated"
 SANDBOX_CREATE = "sandbox-create"
 SANDBOX_LIFECYCLE = "sandbox-lifecycle"
+#: Failed authentications per client IP (see :mod:`emulator.daytona.failed_auth`): not a tier's, off unless a
+#: ``ThrottlerSpec(FAILED_AUTH, limit, ttl_s)`` is among the throttlers, as the API's is off unless configured.
+FAILED_AUTH = "failed-auth"
 
 #: The most bytes of a command's output the emulator keeps where the daemon keeps it all (a buffer or a file with no
 #: bound): each stream of a ``/process/execute`` or ``/process/code-run``, and (by default) a session command's log.
@@ -24,7 +27,8 @@ OUTPUT_LIMIT = 64 * 1024 * 1024
 @dataclass(frozen=True)
 class ThrottlerSpec:
     """A NestJS throttler: at most ``limit`` requests per window of ``ttl_s`` seconds, the next one blocking it for
-    ``ttl_s`` seconds (see :mod:`emulator.daytona.throttle`)."""
+    ``ttl_s`` seconds (see :mod:`emulator.daytona.throttle`). Named :data:`FAILED_AUTH`, it counts failed
+    authentications instead, the ``limit``-th blocking the client (see :mod:`emulator.daytona.failed_auth`)."""
 
     name: str
     limit: int

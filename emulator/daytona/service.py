@@ -3,7 +3,9 @@
 Control plane under ``""`` and ``/api`` (``/sandbox...``), toolbox under ``/toolbox/{sandboxId}/...`` (the
 ``toolboxProxyUrl`` every Sandbox carries). Every route goes through the fault gate with a ``daytona.*`` route name
 (see :data:`ROUTES`); handlers then check the bearer key, apply the throttlers (control plane only, as the real
-API), and annotate the journal entry with the sandbox id and labels.
+API), and annotate the journal entry with the sandbox id and labels. With the ``failed-auth`` throttler configured,
+a blocked client is refused before its key is checked, and a wrong key counts against it (see
+:mod:`emulator.daytona.failed_auth`).
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from emulator.gate import WS_TIMEOUT_CLOSE, FaultGate, current_entry
 from emulator.journal import retry_after_detail
 
 from . import search, session_shell
-from .config import AUTHENTICATED, SANDBOX_CREATE, SANDBOX_LIFECYCLE, DaytonaConfig
+from .config import AUTHENTICATED, FAILED_AUTH, SANDBOX_CREATE, SANDBOX_LIFECYCLE, DaytonaConfig
 from .errors import DAEMON_SOURCE, ApiError, api_error, daemon_error, json_response
+from .failed_auth import FailedAuth, client_ip
 from .files import (
     file_info,
     is_dir,
@@ -159,6 +162,7 @@ class DaytonaService:
         self.python = python
         self.store = SandboxStore(config, now)
         self.throttlers = Throttlers(config.throttlers, now)
+        self.failed_auth = FailedAuth(next((s for s in config.throttlers if s.name == FAILED_AUTH), None), now)
         uid_base = config.interpreter_uid_base if os.geteuid() == 0 else None
         settings = InterpreterSettings(python, uid_base, config.interpreter_uid_count, grace=config.interpreter_grace)
         self.interpreters = Interpreters(settings)
@@ -189,6 +193,7 @@ class DaytonaService:
         """Destroy every sandbox and restart the throttler windows (between tests)."""
         self.store.clear()
         self.throttlers.reset()
+        self.failed_auth.reset()
 
     def close(self) -> None:
         self.store.close()
@@ -202,9 +207,15 @@ class DaytonaService:
     # ------------------------------------------------------------------ helpers
 
     def _authorized(self, headers: Any) -> bool:
-        value = headers.get("authorization") or ""
-        scheme, _, token = value.partition(" ")
-        return scheme.lower() == "bearer" and token.strip() == self.config.api_key
+        return _bearer_token(headers) == self.config.api_key
+
+    def _failed_auth_refusal(self, path: str, headers: list[tuple[str, str]]) -> Response:
+        """The 429 of the failed-auth throttler, as the API's exception filter answers its ``ThrottlerException``."""
+        entry = current_entry()
+        if entry is not None:
+            entry.detail["throttler"] = FAILED_AUTH
+            entry.detail["retry_after"] = retry_after_detail(headers)
+        return api_error(429, "ThrottlerException: Too Many Requests", path, headers=dict(headers))
 
     @staticmethod
     def _toolbox_url(request: Request) -> str:
@@ -233,8 +244,15 @@ class DaytonaService:
             async def answer(body: bytes) -> tuple[Response, dict[str, Any]]:
                 self._loop = asyncio.get_running_loop()
                 path = request.url.path
+                ip = client_ip(request.headers, request.client)
+                blocked = self.failed_auth.blocked(ip)
+                if blocked is not None:  # the API's middleware, before authentication
+                    return self._failed_auth_refusal(path, blocked), {}
                 if not self._authorized(request.headers):
-                    return api_error(401, "Unauthorized", path), {}
+                    refused, headers = self.failed_auth.failed(ip)
+                    if refused:
+                        return self._failed_auth_refusal(path, headers), {}
+                    return api_error(401, "Unauthorized", path, headers=dict(headers)), {}
                 verdict: Verdict = self.throttlers.hit(throttlers, self.config.organization_id)
                 if not verdict.allowed:
                     response = json_response(
@@ -783,6 +801,13 @@ async def _leaves_during(websocket: WebSocket, wait: Awaitable[None]) -> bool:
 async def _leaves_before(websocket: WebSocket, deadline: float) -> bool:
     """Whether the client disconnects before ``deadline`` (``time.monotonic()``)."""
     return await _leaves_during(websocket, asyncio.sleep(max(deadline - time.monotonic(), 0.0)))
+
+
+def _bearer_token(headers: Any) -> str | None:
+    """The key of an ``Authorization: Bearer <key>`` header, or None."""
+    scheme, _, token = (headers.get("authorization") or "").partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
 
 
 def _adopt_home(sandbox: Sandbox, executor: Executor) -> None:
