@@ -21,6 +21,12 @@ The IP is Express's ``req.ips[0]`` else ``req.ip``, with ``trust proxy`` on: the
 ``X-Forwarded-For``, else the peer's (:func:`client_ip`). The API reads its limit and ttl from
 ``RATE_LIMIT_FAILED_AUTH_{LIMIT,TTL}``, empty by default: the throttler is off unless configured, and a limit or ttl
 of 0 turns it off too.
+
+The toolbox proxy (``apps/proxy``) asks the API whether a bearer token may use a sandbox
+(``GET /preview/{id}/access``) and sends the client's IP in ``X-Forwarded-For``: a wrong key on the toolbox counts
+against the client like one on the API, and a blocked client's check gets the API's 429, which the proxy answers
+with a 401. It caches each answer per (sandbox, token), a valid token for 2 minutes and an invalid one for 5 s
+(:class:`ProxyTokenCache`), so a key it found valid goes on working through a block until that expires.
 """
 
 from __future__ import annotations
@@ -125,3 +131,37 @@ class FailedAuth:
     def _prune(self, now: float) -> None:
         for ip in [ip for ip, c in self._clients.items() if now >= c.window_end and now >= c.blocked_until]:
             del self._clients[ip]
+
+
+class ProxyTokenCache:
+    """The toolbox proxy's answers to "may this bearer token use this sandbox", per (sandbox, token): a yes kept
+    for 2 minutes, a no for 5 s (``validateAndCache`` in ``apps/proxy/pkg/proxy/get_sandbox_target.go``). An
+    answer the proxy could not get (the API's 429) is not kept."""
+
+    VALID_S = 120.0
+    INVALID_S = 5.0
+
+    def __init__(self, now: Callable[[], float]) -> None:
+        self._now = now
+        self._lock = threading.Lock()
+        self._answers: dict[tuple[str, str], tuple[bool, float]] = {}
+
+    def reset(self) -> None:
+        with self._lock:
+            self._answers.clear()
+
+    def get(self, sandbox_id: str, token: str) -> bool | None:
+        now = self._now()
+        with self._lock:
+            answer = self._answers.get((sandbox_id, token))
+            if answer is None or now >= answer[1]:
+                return None
+            return answer[0]
+
+    def put(self, sandbox_id: str, token: str, valid: bool) -> None:
+        now = self._now()
+        with self._lock:
+            if len(self._answers) >= _PRUNE_AT:
+                for key in [k for k, (_, until) in self._answers.items() if now >= until]:
+                    del self._answers[key]
+            self._answers[(sandbox_id, token)] = (valid, now + (self.VALID_S if valid else self.INVALID_S))

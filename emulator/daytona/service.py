@@ -4,8 +4,8 @@ Control plane under ``""`` and ``/api`` (``/sandbox...``), toolbox under ``/tool
 ``toolboxProxyUrl`` every Sandbox carries). Every route goes through the fault gate with a ``daytona.*`` route name
 (see :data:`ROUTES`); handlers then check the bearer key, apply the throttlers (control plane only, as the real
 API), and annotate the journal entry with the sandbox id and labels. With the ``failed-auth`` throttler configured,
-a blocked client is refused before its key is checked, and a wrong key counts against it (see
-:mod:`emulator.daytona.failed_auth`).
+a blocked client is refused before its key is checked, and a wrong key counts against it, on the control plane and
+through the toolbox proxy's check alike (see :mod:`emulator.daytona.failed_auth`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from emulator.journal import retry_after_detail
 from . import search, session_shell
 from .config import AUTHENTICATED, FAILED_AUTH, SANDBOX_CREATE, SANDBOX_LIFECYCLE, DaytonaConfig
 from .errors import DAEMON_SOURCE, ApiError, api_error, daemon_error, json_response
-from .failed_auth import FailedAuth, client_ip
+from .failed_auth import FailedAuth, ProxyTokenCache, client_ip
 from .files import (
     file_info,
     is_dir,
@@ -163,6 +163,7 @@ class DaytonaService:
         self.store = SandboxStore(config, now)
         self.throttlers = Throttlers(config.throttlers, now)
         self.failed_auth = FailedAuth(next((s for s in config.throttlers if s.name == FAILED_AUTH), None), now)
+        self.proxy_tokens = ProxyTokenCache(now)
         uid_base = config.interpreter_uid_base if os.geteuid() == 0 else None
         settings = InterpreterSettings(python, uid_base, config.interpreter_uid_count, grace=config.interpreter_grace)
         self.interpreters = Interpreters(settings)
@@ -194,6 +195,7 @@ class DaytonaService:
         self.store.clear()
         self.throttlers.reset()
         self.failed_auth.reset()
+        self.proxy_tokens.reset()
 
     def close(self) -> None:
         self.store.close()
@@ -208,6 +210,29 @@ class DaytonaService:
 
     def _authorized(self, headers: Any) -> bool:
         return _bearer_token(headers) == self.config.api_key
+
+    def _proxy_authorized(self, headers: Any, client: Any, sandbox_id: str) -> bool:
+        """The toolbox proxy's check of a bearer key. With the failed-auth throttler on, the proxy's own: an answer
+        it keeps for the (sandbox, key), else the API's, which counts a wrong key against the client's IP and
+        refuses a blocked client whatever its key (see :mod:`emulator.daytona.failed_auth`)."""
+        if not self.failed_auth.enabled:
+            return self._authorized(headers)
+        token = _bearer_token(headers)
+        if token is None:  # the proxy tries its other ways (no bearer key there: none emulated) and asks no API
+            return False
+        known = self.proxy_tokens.get(sandbox_id, token)
+        if known is not None:
+            return known
+        ip = client_ip(headers, client)
+        if self.failed_auth.blocked(ip) is not None:  # the API's 429: no answer to keep, the proxy refuses
+            return False
+        if token == self.config.api_key:
+            self.proxy_tokens.put(sandbox_id, token, True)
+            return True
+        refused, _ = self.failed_auth.failed(ip)
+        if not refused:  # a 401 is a no; the 429 of the failure that starts a block is no answer
+            self.proxy_tokens.put(sandbox_id, token, False)
+        return False
 
     def _failed_auth_refusal(self, path: str, headers: list[tuple[str, str]]) -> Response:
         """The 429 of the failed-auth throttler, as the API's exception filter answers its ``ThrottlerException``."""
@@ -296,7 +321,7 @@ class DaytonaService:
             async def answer(body: bytes) -> tuple[Response, dict[str, Any]]:
                 self._loop = asyncio.get_running_loop()
                 path = request.url.path
-                if not self._authorized(request.headers):
+                if not self._proxy_authorized(request.headers, request.client, request.path_params["sid"]):
                     return api_error(401, "Unauthorized", path), {}
                 sandbox: Sandbox | None = None
                 try:
@@ -617,7 +642,7 @@ class DaytonaService:
         async def serve() -> str:
             self._loop = asyncio.get_running_loop()
             path = websocket.url.path
-            if not self._authorized(websocket.headers):
+            if not self._proxy_authorized(websocket.headers, websocket.client, websocket.path_params["sid"]):
                 await websocket.send_denial_response(api_error(401, "Unauthorized", path))
                 return "invalid"
             sandbox = self.store.find(websocket.path_params["sid"])
@@ -648,7 +673,7 @@ class DaytonaService:
         async def serve() -> str:
             self._loop = asyncio.get_running_loop()
             path = websocket.url.path
-            if not self._authorized(websocket.headers):
+            if not self._proxy_authorized(websocket.headers, websocket.client, websocket.path_params["sid"]):
                 await start_gate.wait_out()
                 await websocket.send_denial_response(api_error(401, "Unauthorized", path))
                 return "invalid"

@@ -1,7 +1,7 @@
 """The API's ``failed-auth`` throttler (daytonaio/daytona at 8b6f9b14a: ``failed-auth-tracker.service.ts``,
 ``failed-auth-rate-limit.middleware.ts``, ``all-exceptions.filter.ts``): failed authentications counted per client
 IP, the ``limit``-th answered 429 and blocking the IP for a ttl, during which even a right key is refused before
-authentication."""
+authentication; the toolbox proxy's bearer-key checks count and are refused through the same API."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from emulator.app import Emulator, EmulatorConfig
 from emulator.daytona import ThrottlerSpec, tier_throttlers
 from emulator.daytona.config import FAILED_AUTH
 from emulator.daytona.config import DaytonaConfig as EmulatedDaytona
-from emulator.daytona.failed_auth import FailedAuth
+from emulator.daytona.failed_auth import FailedAuth, ProxyTokenCache
 from emulator.server import EmulatorServer
 
 KEY = "k-right"
@@ -154,6 +154,51 @@ def test_a_success_resets_nothing_and_each_window_counts_from_its_first_failure(
     assert missing.status_code == 401 and missing.headers["x-ratelimit-remaining-failed-auth"] == "3"
 
 
+def _toolbox(server: EmulatorServer, sid: str, headers: dict[str, str]) -> int:
+    return httpx.get(f"{server.url}/toolbox/{sid}/work-dir", headers=headers).status_code
+
+
+def _remaining(server: EmulatorServer) -> str:
+    """The failed-auth count left, read off a control-plane 401 (which counts one more failure)."""
+    refused = _get(server, BAD)
+    assert refused.status_code == 401
+    return refused.headers["x-ratelimit-remaining-failed-auth"]
+
+
+def test_the_toolbox_proxy_checks_keys_through_the_api_and_keeps_its_answers(
+    server: EmulatorServer, clock: _Clock
+) -> None:
+    a, b = (httpx.post(server.url + "/api/sandbox", json={}, headers=GOOD).json()["id"] for _ in range(2))
+    assert _toolbox(server, a, GOOD) == 200  # the proxy keeps this yes for 2 minutes
+
+    # A wrong key on the toolbox counts against the client; the proxy keeps the no for 5 s, asking nothing.
+    assert [_toolbox(server, a, BAD) for _ in range(3)] == [401] * 3
+    assert _remaining(server) == "3"  # one toolbox failure and this one
+    clock.now += 5
+    assert _toolbox(server, a, BAD) == 401
+    assert _remaining(server) == "1"
+
+    # The 5th failure blocks the client until t=70: the yes kept for sandbox a still lets the right key in; for
+    # sandbox b the proxy has to ask, gets the API's 429 and refuses.
+    clock.now = 1010.0
+    assert _get(server, BAD).status_code == 429
+    assert _toolbox(server, a, GOOD) == 200
+    assert _toolbox(server, b, GOOD) == 401
+    clock.now = 1070.0
+    assert _toolbox(server, b, GOOD) == 200  # kept until t=190
+
+    # A block from t=100 to t=160 outlives the yes kept for a (until t=120): then the proxy asks again, and refuses.
+    clock.now = 1100.0
+    assert [_get(server, BAD).status_code for _ in range(LIMIT)] == [401] * (LIMIT - 1) + [429]
+    clock.now = 1119.0
+    assert _toolbox(server, a, GOOD) == 200
+    clock.now = 1120.0
+    assert _toolbox(server, a, GOOD) == 401
+    assert _toolbox(server, b, GOOD) == 200
+    clock.now = 1160.0
+    assert _toolbox(server, a, GOOD) == 200
+
+
 def test_the_sdk_sees_authentication_errors_then_a_rate_limit_error(server: EmulatorServer, clock: _Clock) -> None:
     async def wrong_keys() -> DaytonaRateLimitError:
         async with AsyncDaytona(DaytonaConfig(api_url=server.url + "/api", api_key="k-wrong")) as wrong:
@@ -203,3 +248,9 @@ def test_the_throttler_is_off_unless_configured_and_a_limit_of_0_turns_it_off() 
     assert dict(one.blocked("ip") or [])["Retry-After"] == "1"  # the block's 0.1 s left, rounded up
     clock.now += 0.1
     assert one.blocked("ip") is None
+
+    cache = ProxyTokenCache(clock)
+    cache.put("s", "t", False)
+    assert cache.get("s", "t") is False and cache.get("s", "u") is None
+    clock.now += ProxyTokenCache.INVALID_S
+    assert cache.get("s", "t") is None
