@@ -40,6 +40,20 @@ def api_error(
     return json_response(body, status, headers)
 
 
+def proxy_error(status: int, message: str, path: str, method: str, code: str) -> Response:
+    """The toolbox proxy's envelope (common-go's error middleware): ``{statusCode, message, code, timestamp, path,
+    method}``, no ``source``: the proxy answers before any daemon is reached."""
+    body: dict[str, Any] = {
+        "statusCode": status,
+        "message": message,
+        "code": code,
+        "timestamp": now_iso(),
+        "path": path,
+        "method": method,
+    }
+    return json_response(body, status)
+
+
 def daemon_error(status: int, message: str, path: str, method: str, code: str | None = None) -> Response:
     """The daemon's envelope: ``{statusCode, message, code, source, timestamp, path, method}``. ``source`` lets the
     SDK (0.226) raise its precise class for a code, ``DaytonaFileNotFoundError`` for ``FILE_NOT_FOUND`` say."""

@@ -30,7 +30,7 @@ from emulator.journal import retry_after_detail
 
 from . import search, session_shell
 from .config import AUTHENTICATED, FAILED_AUTH, SANDBOX_CREATE, SANDBOX_LIFECYCLE, DaytonaConfig
-from .errors import DAEMON_SOURCE, ApiError, api_error, daemon_error, json_response
+from .errors import DAEMON_SOURCE, ApiError, api_error, daemon_error, json_response, proxy_error
 from .failed_auth import FailedAuth, ProxyTokenCache, client_ip
 from .files import (
     file_info,
@@ -211,28 +211,30 @@ class DaytonaService:
     def _authorized(self, headers: Any) -> bool:
         return _bearer_token(headers) == self.config.api_key
 
-    def _proxy_authorized(self, headers: Any, client: Any, sandbox_id: str) -> bool:
-        """The toolbox proxy's check of a bearer key. With the failed-auth throttler on, the proxy's own: an answer
-        it keeps for the (sandbox, key), else the API's, which counts a wrong key against the client's IP and
-        refuses a blocked client whatever its key (see :mod:`emulator.daytona.failed_auth`)."""
-        if not self.failed_auth.enabled:
-            return self._authorized(headers)
+    def _proxy_refusal(self, headers: Any, client: Any, sandbox_id: str) -> str | None:
+        """Why the toolbox proxy refuses a request's bearer key (its 401's message), or None when it lets it through.
+        With the failed-auth throttler on, the proxy's own check: an answer it keeps for the (sandbox, key), else
+        the API's, which counts a wrong key against the client's IP and refuses a blocked client whatever its key
+        (see :mod:`emulator.daytona.failed_auth`)."""
         token = _bearer_token(headers)
         if token is None:  # the proxy tries its other ways (no bearer key there: none emulated) and asks no API
-            return False
+            return PROXY_MISSING_AUTH
+        if not self.failed_auth.enabled:
+            return None if token == self.config.api_key else PROXY_INVALID_BEARER
         known = self.proxy_tokens.get(sandbox_id, token)
         if known is not None:
-            return known
+            return None if known else PROXY_INVALID_BEARER
         ip = client_ip(headers, client)
         if self.failed_auth.blocked(ip) is not None:  # the API's 429: no answer to keep, the proxy refuses
-            return False
+            return PROXY_CHECK_REFUSED
         if token == self.config.api_key:
             self.proxy_tokens.put(sandbox_id, token, True)
-            return True
+            return None
         refused, _ = self.failed_auth.failed(ip)
-        if not refused:  # a 401 is a no; the 429 of the failure that starts a block is no answer
-            self.proxy_tokens.put(sandbox_id, token, False)
-        return False
+        if refused:  # the 429 of the failure that starts a block is no answer to keep
+            return PROXY_CHECK_REFUSED
+        self.proxy_tokens.put(sandbox_id, token, False)
+        return PROXY_INVALID_BEARER
 
     def _failed_auth_refusal(self, path: str, headers: list[tuple[str, str]]) -> Response:
         """The 429 of the failed-auth throttler, as the API's exception filter answers its ``ThrottlerException``."""
@@ -277,7 +279,7 @@ class DaytonaService:
                     refused, headers = self.failed_auth.failed(ip)
                     if refused:
                         return self._failed_auth_refusal(path, headers), {}
-                    return api_error(401, "Unauthorized", path, headers=dict(headers)), {}
+                    return api_error(401, INVALID_CREDENTIALS, path, headers=dict(headers)), {}
                 verdict: Verdict = self.throttlers.hit(throttlers, self.config.organization_id)
                 if not verdict.allowed:
                     response = json_response(
@@ -321,8 +323,9 @@ class DaytonaService:
             async def answer(body: bytes) -> tuple[Response, dict[str, Any]]:
                 self._loop = asyncio.get_running_loop()
                 path = request.url.path
-                if not self._proxy_authorized(request.headers, request.client, request.path_params["sid"]):
-                    return api_error(401, "Unauthorized", path), {}
+                refusal = self._proxy_refusal(request.headers, request.client, request.path_params["sid"])
+                if refusal is not None:
+                    return proxy_error(401, refusal, path, request.method, "UNAUTHORIZED"), {}
                 sandbox: Sandbox | None = None
                 try:
                     sandbox = self._toolbox_sandbox(request)
@@ -642,8 +645,9 @@ class DaytonaService:
         async def serve() -> str:
             self._loop = asyncio.get_running_loop()
             path = websocket.url.path
-            if not self._proxy_authorized(websocket.headers, websocket.client, websocket.path_params["sid"]):
-                await websocket.send_denial_response(api_error(401, "Unauthorized", path))
+            refusal = self._proxy_refusal(websocket.headers, websocket.client, websocket.path_params["sid"])
+            if refusal is not None:
+                await websocket.send_denial_response(proxy_error(401, refusal, path, "GET", "UNAUTHORIZED"))
                 return "invalid"
             sandbox = self.store.find(websocket.path_params["sid"])
             if sandbox is None or sandbox.state != "started":
@@ -673,9 +677,10 @@ class DaytonaService:
         async def serve() -> str:
             self._loop = asyncio.get_running_loop()
             path = websocket.url.path
-            if not self._proxy_authorized(websocket.headers, websocket.client, websocket.path_params["sid"]):
+            refusal = self._proxy_refusal(websocket.headers, websocket.client, websocket.path_params["sid"])
+            if refusal is not None:
                 await start_gate.wait_out()
-                await websocket.send_denial_response(api_error(401, "Unauthorized", path))
+                await websocket.send_denial_response(proxy_error(401, refusal, path, "GET", "UNAUTHORIZED"))
                 return "invalid"
             sandbox = self.store.find(websocket.path_params["sid"])
             if sandbox is None or sandbox.state != "started":
@@ -826,6 +831,18 @@ async def _leaves_during(websocket: WebSocket, wait: Awaitable[None]) -> bool:
 async def _leaves_before(websocket: WebSocket, deadline: float) -> bool:
     """Whether the client disconnects before ``deadline`` (``time.monotonic()``)."""
     return await _leaves_during(websocket, asyncio.sleep(max(deadline - time.monotonic(), 0.0)))
+
+
+#: The API's 401 (its GlobalAuthGuard, since 2026-03: passport's bare ``Unauthorized`` before).
+INVALID_CREDENTIALS = "Invalid credentials"
+#: The toolbox proxy's 401s (its ``Authenticate``): a bearer key the API does not accept for the sandbox, no key at
+#: all, and a check the API answered with an error (its failed-auth 429; the Go client's error text).
+PROXY_INVALID_BEARER = "authentication failed: Bearer token is invalid"
+PROXY_MISSING_AUTH = (
+    "missing authentication: provide a preview access token (via header, query parameter, or cookie) or use an API "
+    "key or JWT"
+)
+PROXY_CHECK_REFUSED = "authentication failed: Bearer token validation error: 429 Too Many Requests"
 
 
 def _bearer_token(headers: Any) -> str | None:

@@ -165,3 +165,44 @@ def test_an_unexpected_error_gets_each_sides_envelope(
     assert "traceback" not in client.get(f"/toolbox/{sid}/work-dir").text
     logged = [r for r in caplog.records if r.name == "emulator.daytona.service" and r.exc_info]
     assert [str(r.exc_info[1]) for r in logged if r.exc_info] == ["disk on fire"] * 3
+
+
+def test_a_refused_key_is_answered_by_the_api_and_by_the_toolbox_proxy_as_each_does(
+    server: EmulatorServer, api_key: str, client: httpx.Client
+) -> None:
+    """The API's guard says ``Invalid credentials`` in the API's envelope; a toolbox request is refused by the proxy
+    in front of the daemon, in common-go's envelope (``code`` UNAUTHORIZED, no ``source``), with its message for a
+    key it does not accept and for no key at all; the interpreter's handshake alike."""
+    refused = client.get("/api/sandbox", headers={"Authorization": "Bearer wrong"})
+    assert refused.status_code == 401
+    assert set(refused.json()) == API_ENVELOPE and refused.json()["message"] == "Invalid credentials"
+
+    tb = f"/toolbox/{_sandbox(client)}"
+    wrong = _error(client.get(tb + "/work-dir", headers={"Authorization": "Bearer wrong"}), 401)
+    assert (wrong.message, wrong.method) == ("authentication failed: Bearer token is invalid", "GET")
+    body = client.get(tb + "/work-dir", headers={"Authorization": "Bearer wrong"}).json()
+    assert list(body) == ["statusCode", "message", "code", "timestamp", "path", "method"]
+    assert body["code"] == "UNAUTHORIZED"
+    with httpx.Client(base_url=server.url, timeout=30) as anonymous:
+        missing = _error(anonymous.post(tb + "/process/execute", json={"command": "true"}), 401)
+    assert missing.message.startswith("missing authentication: provide a preview access token")
+    assert missing.method == "POST"
+
+    path = f"{tb}/process/interpreter/execute"
+    upgrade = {
+        "Authorization": "Bearer wrong",
+        "Upgrade": "websocket",
+        "Connection": "Upgrade",
+        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        "Sec-WebSocket-Version": "13",
+    }
+    connection = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=30)
+    try:
+        connection.request("GET", path, headers=upgrade)
+        denial = connection.getresponse()
+        status, text = denial.status, denial.read().decode()
+    finally:
+        connection.close()
+    assert status == 401
+    handshake = ErrorResponse.from_json(text)
+    assert handshake is not None and handshake.message == "authentication failed: Bearer token is invalid"
