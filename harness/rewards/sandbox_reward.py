@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from harness.daytona_states import on_its_way_out
 from harness.rewards.tasks import Task, get_task
 
 #: Reward for anything that is not a clean run of the harness.
@@ -237,8 +238,8 @@ class DaytonaPool:
         except Exception:  # listing failed: nothing more to do here
             return
         for box in found:
-            if "destroy" in str(getattr(box, "state", "")).lower():
-                continue  # on its way out already
+            if on_its_way_out(box):
+                continue  # deleted already (a listing shows it until the runner has torn it down)
             held = box.id in self._live or box.id in self._undeleted
             if held and not closing:
                 continue

@@ -31,6 +31,7 @@ from uuid import uuid4
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
+from harness.daytona_states import on_its_way_out
 from harness.ratelimit import AsyncLimiter, Outcome
 from harness.tools.config import (
     VERL_KEYS,
@@ -269,7 +270,7 @@ class DaytonaTool(BaseTool):
             # A failed attempt may still have created the sandbox (its answer lost to a reset, a timeout, a gateway
             # 502/504). Creating blindly again would leak it, or clash on its name: look before re-creating.
             if maybe_created[0]:
-                existing = await self._owned(owner)
+                existing = [s for s in await self._owned(owner) if not on_its_way_out(s)]
                 if existing:
                     # The earlier attempt's sandbox may still be creating (its create timed out on our side).
                     if str(getattr(existing[0].state, "value", existing[0].state)) != "started":
@@ -311,6 +312,8 @@ class DaytonaTool(BaseTool):
         except Exception:  # best effort; auto-delete is the backstop
             return
         for sandbox in found:
+            if on_its_way_out(sandbox):
+                continue  # deleted already (a listing shows it until the runner has torn it down)
             if keep is None or str(sandbox.id) != keep:
                 await self._delete(sandbox)
 

@@ -240,3 +240,23 @@ def test_a_sandbox_that_could_not_be_deleted_is_not_waited_for(
     assert isinstance(raised, RuntimeError) and "every sandbox failed and none could be replaced" in str(raised)
     assert [e.status for e in emulator_journal.entries("daytona.sandbox.delete")] == [503, 503, 503, 200]
     assert sandbox_emulator.emulator.daytona_report().leaked == []
+
+
+def test_cleanup_skips_a_sandbox_whose_delete_is_under_way(
+    daytona_config: Any, sandbox_emulator: EmulatorServer, emulator_journal: Journal
+) -> None:
+    """The real API lists a deleted sandbox, with the state it had and ``desiredState`` destroyed, until its runner
+    has torn it down, and refuses a second delete then (409). The pool's sweep on close leaves it alone."""
+    import httpx
+
+    pool = DaytonaPool(1, daytona_config, create_timeout=2.0)
+    with SandboxReward(pool, "sort_numbers", timeout=1.0):
+        headers = {"Authorization": f"Bearer {daytona_config.api_key}"}
+        made = httpx.post(
+            f"{daytona_config.api_url}/sandbox", json={"labels": {"pool": pool.pool_id}}, headers=headers
+        ).json()
+        store = sandbox_emulator.emulator.daytona.store
+        store.get(made["id"]).desired_state = "destroyed"  # as the API shows it between the delete and the teardown
+    deletes = [e for e in emulator_journal.entries("daytona.sandbox.delete") if made["id"] in e.path]
+    assert deletes == []
+    assert pool.stats.deleted == 1  # the pool's own sandbox

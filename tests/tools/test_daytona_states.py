@@ -1,0 +1,32 @@
+"""harness.daytona_states: a listed sandbox that a delete has reached, as the real API lists it for a moment."""
+
+from __future__ import annotations
+
+from enum import Enum
+from types import SimpleNamespace
+
+import pytest
+
+from harness.daytona_states import on_its_way_out
+
+
+class State(Enum):
+    STARTED = "started"
+    DESTROYING = "destroying"
+    DESTROYED = "destroyed"
+
+
+@pytest.mark.parametrize(
+    ("state", "desired", "out"),
+    [
+        (State.STARTED, State.STARTED, False),
+        (State.STARTED, State.DESTROYED, True),  # soft-deleted: the state it had, desiredState destroyed
+        (State.DESTROYING, State.DESTROYED, True),
+        ("destroyed", None, True),
+        ("started", "stopped", False),
+        (None, None, False),
+    ],
+)
+def test_a_soft_deleted_sandbox_is_on_its_way_out(state: object, desired: object, out: bool) -> None:
+    assert on_its_way_out(SimpleNamespace(state=state, desired_state=desired)) is out
+    assert on_its_way_out(SimpleNamespace()) is False
