@@ -104,6 +104,9 @@ class DaytonaConfig:
     create_latency: float = 0.0
     #: Seconds ``start`` takes (the answer is ``starting`` meanwhile); 0 answers ``started`` at once.
     start_latency: float = 0.0
+    #: Seconds a deleted sandbox is still found and listed before its runner's teardown (the state it had,
+    #: ``desiredState`` destroyed; a second delete meanwhile is a 409, as the API answers); 0 tears it down at once.
+    destroy_latency: float = 0.0
     throttlers: tuple[ThrottlerSpec, ...] = field(default_factory=lambda: tier_throttlers(1))
     quotas: Quotas = field(default_factory=Quotas)
     #: Default resources of a sandbox created from a snapshot (the real defaults).

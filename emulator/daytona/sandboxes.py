@@ -75,6 +75,7 @@ class Sandbox:
     last_activity_at: str = ""
     stopped_mono: float | None = None
     ready_at: float | None = None  # monotonic time a pending create/start completes
+    teardown_at: float | None = None  # monotonic time a deleted sandbox's runner has torn it down (destroy_latency)
     network_allow_list: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     #: The home directory: an executor work dir (so each execution gets it handed to its uid), and its executor.
@@ -212,6 +213,10 @@ class SandboxStore:
 
     def _advance(self, sandbox: Sandbox, now: float) -> None:
         """Apply pending transitions and timers to one sandbox (called under the lock)."""
+        if sandbox.teardown_at is not None:
+            if now >= sandbox.teardown_at:
+                self._destroy_locked(sandbox)
+            return  # deleted: no other timer applies
         if sandbox.ready_at is not None and now >= sandbox.ready_at:
             sandbox.ready_at = None
             if sandbox.state in ("creating", "starting"):
@@ -402,18 +407,20 @@ class SandboxStore:
         """The API's ``destroy``: a sandbox between states (creating, starting: the API's ``pending``) is a 409; any
         other is soft-deleted, and the answer is that update as the API returns it: the state as it was,
         ``desiredState`` destroyed, the name freed by renaming it ``DESTROYED_<name>_<epoch ms>``. The runner's
-        teardown, a moment later in the real service, is done at once: the sandbox is gone (404) from the next
-        request on."""
+        teardown, a moment later in the real service, comes after ``destroy_latency`` (at once by default: the
+        sandbox is gone, 404, from the next request on)."""
         with self._lock:
             sandbox = self.get(id_or_name)
             if sandbox.state != sandbox.desired_state and sandbox.state not in ("error", "build_failed"):
                 raise ApiError(409, _STATE_CHANGE_IN_PROGRESS)
-            answer = replace(
-                sandbox,
-                desired_state="destroyed",
-                name=f"DESTROYED_{sandbox.name}_{time.time_ns() // 1_000_000}",
-                updated_at=now_iso(),
-            )
+            renamed = f"DESTROYED_{sandbox.name}_{time.time_ns() // 1_000_000}"
+            if self.config.destroy_latency > 0:  # found and listed as the API has it until the teardown
+                sandbox.desired_state = "destroyed"
+                sandbox.name = renamed
+                sandbox.teardown_at = self._now() + self.config.destroy_latency
+                self._touch(sandbox)
+                return replace(sandbox)
+            answer = replace(sandbox, desired_state="destroyed", name=renamed, updated_at=now_iso())
             self._destroy_locked(sandbox)
             return answer
 

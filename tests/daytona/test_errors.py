@@ -319,3 +319,31 @@ def test_deleting_a_sandbox_between_states_is_a_409_until_it_settles() -> None:
         broken = httpx.post(server.url + "/sandbox", json={}, headers=headers).json()
         answer = httpx.delete(f"{server.url}/sandbox/{broken['id']}", headers=headers)
         assert (answer.status_code, answer.json()["state"]) == (200, "error")
+
+
+def test_a_deleted_sandbox_stays_found_until_its_teardown_with_a_destroy_latency() -> None:
+    """``destroy_latency``: between the soft delete and the runner's teardown the API still finds and lists the
+    sandbox (its state as it was, ``desiredState`` destroyed, renamed) and a second delete is a 409; the name is free
+    at once; after the teardown it is a 404."""
+    import httpx
+
+    from emulator.app import Emulator, EmulatorConfig
+
+    clock = _SteppedClock()
+    emulator = Emulator(EmulatorConfig(daytona=_config(destroy_latency=5)), clock=clock)
+    with EmulatorServer(emulator) as server:
+        headers = {"Authorization": f"Bearer {KEY}"}
+        made = httpx.post(server.url + "/sandbox", json={"name": "box"}, headers=headers).json()
+        url = f"{server.url}/sandbox/{made['id']}"
+        answer = httpx.delete(url, headers=headers).json()
+        found = httpx.get(url, headers=headers).json()
+        assert (found["state"], found["desiredState"], found["name"]) == ("started", "destroyed", answer["name"])
+        listed = httpx.get(server.url + "/sandbox", headers=headers).json()["items"]
+        assert [item["id"] for item in listed] == [made["id"]]
+        again = httpx.delete(url, headers=headers)
+        assert (again.status_code, again.json()["message"]) == (409, "Sandbox state change in progress")
+        assert httpx.post(server.url + "/sandbox", json={"name": "box"}, headers=headers).status_code == 200
+        clock.now += 5
+        assert httpx.get(url, headers=headers).status_code == 404
+        assert httpx.delete(url, headers=headers).status_code == 404
+        assert [i["name"] for i in httpx.get(server.url + "/sandbox", headers=headers).json()["items"]] == ["box"]

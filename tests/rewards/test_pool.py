@@ -242,21 +242,27 @@ def test_a_sandbox_that_could_not_be_deleted_is_not_waited_for(
     assert sandbox_emulator.emulator.daytona_report().leaked == []
 
 
-def test_cleanup_skips_a_sandbox_whose_delete_is_under_way(
-    daytona_config: Any, sandbox_emulator: EmulatorServer, emulator_journal: Journal
-) -> None:
+def test_cleanup_skips_a_sandbox_whose_delete_is_under_way() -> None:
     """The real API lists a deleted sandbox, with the state it had and ``desiredState`` destroyed, until its runner
     has torn it down, and refuses a second delete then (409). The pool's sweep on close leaves it alone."""
     import httpx
+    from daytona import DaytonaConfig
 
-    pool = DaytonaPool(1, daytona_config, create_timeout=2.0)
-    with SandboxReward(pool, "sort_numbers", timeout=1.0):
-        headers = {"Authorization": f"Bearer {daytona_config.api_key}"}
-        made = httpx.post(
-            f"{daytona_config.api_url}/sandbox", json={"labels": {"pool": pool.pool_id}}, headers=headers
-        ).json()
-        store = sandbox_emulator.emulator.daytona.store
-        store.get(made["id"]).desired_state = "destroyed"  # as the API shows it between the delete and the teardown
-    deletes = [e for e in emulator_journal.entries("daytona.sandbox.delete") if made["id"] in e.path]
-    assert deletes == []
-    assert pool.stats.deleted == 1  # the pool's own sandbox
+    from emulator.app import Emulator, EmulatorConfig
+    from emulator.daytona.config import DaytonaConfig as EmulatedDaytona
+
+    emulator = Emulator(EmulatorConfig(daytona=EmulatedDaytona(api_key="k", destroy_latency=600)))
+    with EmulatorServer(emulator) as server:
+        pool = DaytonaPool(1, DaytonaConfig(api_url=server.url, api_key="k"), create_timeout=2.0)
+        with SandboxReward(pool, "sort_numbers", timeout=1.0):
+            headers = {"Authorization": "Bearer k"}
+            made = httpx.post(f"{server.url}/sandbox", json={"labels": {"pool": pool.pool_id}}, headers=headers)
+            sandbox_id = made.json()["id"]
+            assert httpx.delete(f"{server.url}/sandbox/{sandbox_id}", headers=headers).status_code == 200
+            listed = httpx.get(
+                f"{server.url}/sandbox", params={"labels": f'{{"pool": "{pool.pool_id}"}}'}, headers=headers
+            )
+            assert sandbox_id in [item["id"] for item in listed.json()["items"]]  # still listed, being torn down
+        deletes = [e.status for e in server.emulator.journal.entries("daytona.sandbox.delete") if sandbox_id in e.path]
+        assert deletes == [200]  # ours; the pool's sweep did not try it again
+        assert pool.stats.deleted == 1  # the pool's own sandbox
