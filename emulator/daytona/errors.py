@@ -79,6 +79,13 @@ class ApiError(Exception):
         self.code = code
 
 
+class DaemonAbort(ApiError):
+    """An error a daemon handler answers with ``ctx.AbortWithError(status, err)``: the client gets the status and an
+    empty body. gin writes the header at once, and the daemon's error middleware (common-go's ``NewErrorMiddleware``
+    at 8b6f9b14a) leaves a response whose header is written alone, so ``err`` reaches no one; ``message`` keeps it
+    here for the journal. The file routes answer every error this way."""
+
+
 class StartFailed(ApiError):
     """A program could not be started at all (descriptors or processes run out): a 500, except where the daemon
     answers its ``cmd.Start`` error otherwise (``/process/execute``: 200 with exit code -1)."""

@@ -6,6 +6,7 @@ home; any other absolute path lands under the sandbox's private ``fs/`` tree. No
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import urllib.parse
@@ -16,6 +17,7 @@ from typing import Any
 from emulator.executor.workdir import write_all
 
 from .errors import ApiError
+from .go_json import go_string
 from .sandboxes import Sandbox
 
 
@@ -179,12 +181,13 @@ def _go_times(mtime_ns: int) -> tuple[str, str]:
 
 def file_info(path: str, shown_path: str) -> dict[str, Any]:
     """FileInfo JSON, as the daemon's ``getFileInfo`` makes it: of what a link leads to (``os.Stat``), the mode as Go
-    writes it, ``permissions`` the nine permission bits only, owner and group as numbers."""
+    writes it, ``permissions`` the nine permission bits only, owner and group as numbers. A name's byte that is no
+    UTF-8 is one U+FFFD, as Go's JSON encoder writes it (Python's surrogate for it would not encode)."""
     st = os.stat(path)
     mod_time, modified_at = _go_times(st.st_mtime_ns)
     return {
-        "name": os.path.basename(shown_path.rstrip("/")) or "/",
-        "path": shown_path,
+        "name": go_string(os.fsencode(os.path.basename(shown_path.rstrip("/")) or "/")),
+        "path": go_string(os.fsencode(shown_path)),
         "isDir": stat.S_ISDIR(st.st_mode),
         "size": int(st.st_size),
         "mode": go_file_mode(st.st_mode),
@@ -196,33 +199,133 @@ def file_info(path: str, shown_path: str) -> dict[str, Any]:
     }
 
 
-def make_dirs(path: str, mode: int = 0o777) -> None:
-    """``os.makedirs(path, mode, exist_ok=True)`` without recursion (``mode`` for the last directory, as there): a
-    path of thousands of components (``a/a/.../a``, as deep as ``PATH_MAX`` allows) raised ``RecursionError`` there,
-    not the ``OSError`` a caller answers."""
-    missing: list[str] = []
-    while path and not os.path.isdir(path):
-        missing.append(path)
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    for directory in reversed(missing):
+#: The daemon's umask: a folder it makes with mode 0777 is 0755, a file it creates 0644.
+DAEMON_UMASK = 0o022
+#: Go's ``os.ModeSticky``: the bit of an ``os.FileMode`` that ``os.Mkdir`` turns into the sticky bit (0o1000 is not
+#: it: ``FileMode.Perm()`` keeps the nine permission bits alone).
+GO_MODE_STICKY = 1 << 20
+
+
+class GoPathError(Exception):
+    """A Go ``*os.PathError`` (``mkdir a/f: not a directory``), its path the sandbox path as the client named it."""
+
+    def __init__(self, op: str, path: str, errno_value: int) -> None:
+        super().__init__(f"{op} {path}: {os.strerror(errno_value).lower()}")
+        self.op, self.path, self.errno = op, path, errno_value
+
+
+def go_errno_text(error: OSError) -> str:
+    """Go's words for the errno of ``error`` (``no such file or directory``): glibc's, lower-cased, which are Go's
+    for every errno a file operation meets."""
+    return os.strerror(error.errno).lower() if error.errno else str(error)
+
+
+def go_clean(path: str) -> str:
+    """Go's ``filepath.Clean``: ``.`` and empty elements dropped, ``..`` taken lexically, ``.`` for nothing (unlike
+    ``posixpath.normpath``, a leading ``//`` becomes ``/``)."""
+    rooted = path.startswith("/")
+    kept: list[str] = []
+    for element in path.split("/"):
+        if element in ("", "."):
+            continue
+        if element == ".." and kept and kept[-1] != "..":
+            kept.pop()
+        elif element != ".." or not rooted:
+            kept.append(element)
+    joined = "/".join(kept)
+    return "/" + joined if rooted else joined or "."
+
+
+def go_dir(path: str) -> str:
+    """Go's ``filepath.Dir``: all but the last element, cleaned (``.`` for a bare name)."""
+    return go_clean(path[: path.rfind("/") + 1])
+
+
+#: What Go's ``unicode.IsSpace`` calls space (``strings.TrimSpace`` trims it); Python's ``str.strip`` also trims
+#: U+001C..U+001F, which Go keeps.
+_GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000" + "".join(map(chr, range(0x2000, 0x200B)))
+
+
+def go_trim_space(text: str) -> str:
+    """Go's ``strings.TrimSpace``."""
+    return text.strip(_GO_SPACE)
+
+
+def _make_dir(host: str, perm: int) -> None:
+    """One ``os.Mkdir(name, FileMode(perm))`` of the daemon: the permission bits and Go's sticky bit, less its
+    umask, plus the set-group-ID bit a directory takes from its parent (mkdir(2) ignores the one asked for).
+    Set with a chmod, so that the emulator's own umask does not show."""
+    os.mkdir(host, 0o700)
+    inherited = os.stat(host).st_mode & stat.S_ISGID
+    sticky = stat.S_ISVTX if perm & GO_MODE_STICKY else 0
+    os.chmod(host, (perm & 0o777 & ~DAEMON_UMASK) | sticky | inherited)
+
+
+def _mkdir_chain(path: str) -> list[str]:
+    """The paths Go's ``MkdirAll`` recursion visits, longest first: each the one before with its trailing slashes
+    and its last element cut, down to the first element (never ``/``). Not cleaned: ``a/../b`` visits ``a/..``."""
+    chain = [path]
+    while True:
+        last = chain[-1].rstrip("/")
+        cut = last.rfind("/")
+        if cut <= 0:
+            return chain
+        chain.append(last[:cut])
+
+
+def _chain_hosts(sandbox: Sandbox, chain: list[str]) -> list[str]:
+    """The host path of each path of ``chain``. Without ``.`` or ``..`` elements, each is the one before with its
+    last element cut (one :func:`resolve`, so a path of thousands of elements costs no more than one); with them,
+    each is resolved on its own (``a/..`` is where ``a`` leads, then up)."""
+    if any(element in (".", "..") for element in chain[0].split("/")):
+        return [resolve(sandbox, path) for path in chain]
+    hosts = [resolve(sandbox, chain[0])]
+    while len(hosts) < len(chain):
+        hosts.append(os.path.dirname(hosts[-1]))
+    return hosts
+
+
+def mkdir_all(sandbox: Sandbox, path: str, perm: int) -> None:
+    """Go's ``os.MkdirAll(path, FileMode(perm))`` on a sandbox path: every directory it makes gets ``perm`` (the
+    parents too), a prefix that is something other than a directory is ``mkdir <prefix>: not a directory``, a
+    failing mkdir ``mkdir <prefix>: <errno>``, both as :class:`GoPathError` naming the client's prefix; an escape
+    is :func:`resolve`'s 400. Iterative, so a path of thousands of elements (as deep as ``PATH_MAX`` allows) is no
+    ``RecursionError``. Each prefix is looked up as the kernel looks it up, links followed."""
+    if "\0" in path:  # Go's syscalls refuse the name: EINVAL where the first element that holds one is made
+        first = path.find("/", path.index("\0"))
+        bad = path if first < 0 else path[:first]
+        cut = bad.rfind("/")
+        if cut > 0:
+            mkdir_all(sandbox, bad[:cut], perm)
+        raise GoPathError("mkdir", bad, errno.EINVAL)
+    chain = _mkdir_chain(path)
+    missing: list[tuple[str, str]] = []
+    for shown, host in zip(chain, _chain_hosts(sandbox, chain), strict=True):
         try:
-            os.mkdir(directory, mode if directory is missing[0] else 0o777)
-        except FileExistsError:
-            if not os.path.isdir(directory):
-                raise
+            info = os.stat(host)
+        except OSError:
+            missing.append((shown, host))
+            continue
+        if stat.S_ISDIR(info.st_mode):
+            break
+        raise GoPathError("mkdir", shown, errno.ENOTDIR)
+    for shown, made in reversed(missing):
+        try:
+            _make_dir(made, perm)
+        except OSError as error:
+            if os.path.isdir(made) and not os.path.islink(made):  # made meanwhile: Go's Lstat check takes it
+                continue
+            raise GoPathError("mkdir", shown, error.errno or errno.EIO) from None
 
 
 def write_file(sandbox: Sandbox, target: str, data: bytes) -> None:
     """Write ``data`` at ``target`` (from :func:`resolve`) as the daemon's ``os.Create`` does: an existing file is
     truncated and written in place (its inode, mode and other links kept), through a link at the name; a new one is
-    0644 (0666 under the daemon's umask 022); missing parents are made 0755.
+    0644 (0666 under the daemon's umask 022).
 
     Where a link at the name leads is checked again here, and the file is opened without following a link, so a
-    program that swaps the name for a link to a host file after :func:`resolve` makes this fail, not write there."""
-    make_dirs(os.path.dirname(target), 0o755)
+    program that swaps the name for a link to a host file after :func:`resolve` makes this fail, not write there.
+    The parents are the caller's to make (:func:`mkdir_all`), as the daemon makes them first."""
     final = os.path.realpath(target)
     if not _inside(_bases(sandbox), final):
         raise ApiError(400, f"path escapes the sandbox: {target}")
@@ -239,8 +342,50 @@ def write_file(sandbox: Sandbox, target: str, data: bytes) -> None:
 
 
 def read_file(target: str) -> bytes:
-    with open(target, "rb") as f:
-        return f.read()
+    """The bytes of ``target``, opened without waiting: a FIFO with no writer reads as empty, where the daemon's
+    ``os.Open`` would wait for one (the emulator's event loop must not)."""
+    fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    chunks: list[bytes] = []
+    try:
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+#: RFC 5987's ``attr-char``: the bytes the daemon's ``encodeRFC5987`` leaves as they are.
+_ATTR_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$&+-.^_`|~")
+
+
+def to_latin1(text: str) -> str:
+    """The daemon's ``toLatin1`` for a quoted ``filename=``: ``\\`` and ``"`` escaped; CR, LF and NUL dropped; a
+    control character, DEL or a character past U+00FF (a byte that is no UTF-8 too) as ``_``. What is left is one
+    byte each on the wire (Latin-1: ``é`` is the byte 0xE9, not UTF-8's two)."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\r", "").replace("\n", "").replace("\0", "")
+    return "".join("_" if ord(c) > 0xFF or ord(c) < 0x20 or c == "\x7f" else c for c in escaped)
+
+
+def rfc5987(text: str) -> str:
+    """The daemon's ``encodeRFC5987``: each UTF-8 byte that is no ``attr-char`` as ``%XX``."""
+    raw = text.encode("utf-8", "surrogateescape")
+    return "".join(chr(byte) if byte in _ATTR_CHARS else f"%{byte:02X}" for byte in raw)
+
+
+def attachment_disposition(name: str) -> str:
+    """``DownloadFile``'s ``Content-Disposition``."""
+    return f"attachment; filename=\"{to_latin1(name)}\"; filename*=utf-8''{rfc5987(name)}"
+
+
+def form_disposition(form_name: str, path: str) -> str:
+    """A bulk download part's ``Content-Disposition`` (``multipartContentDisposition``)."""
+    return f'form-data; name="{form_name}"; filename="{to_latin1(path)}"; filename*=utf-8\'\'{rfc5987(path)}'
 
 
 def is_dir(target: str) -> bool:

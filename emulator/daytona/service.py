@@ -26,13 +26,14 @@ from emulator.faults.bodies import now_iso
 from emulator.gate import WS_TIMEOUT_CLOSE, FaultGate, current_entry
 from emulator.journal import retry_after_detail
 
-from . import search, session_shell
+from . import file_routes, search, session_shell
 from .config import AUTHENTICATED, SANDBOX_CREATE, SANDBOX_LIFECYCLE, DaytonaConfig
-from .errors import DAEMON_SOURCE, ApiError, api_error, daemon_error, json_response
+from .errors import DAEMON_SOURCE, ApiError, DaemonAbort, api_error, daemon_error, json_response
 from .files import (
-    file_info,
+    GoPathError,
+    go_dir,
     is_dir,
-    make_dirs,
+    mkdir_all,
     multipart_body,
     not_a_dir_reason,
     parse_multipart,
@@ -59,7 +60,7 @@ from .sandboxes import Sandbox, SandboxStore, interval_minutes
 from .session_logs import stream_log
 from .sessions import SessionCommand, SessionShells, ShellStart
 from .throttle import Throttlers, Verdict
-from .toolbox import ACCEPTED, COMMAND, CommandTimeout, SandboxGone, Toolbox, delete_path
+from .toolbox import ACCEPTED, COMMAND, CommandTimeout, SandboxGone, Toolbox
 
 _log = logging.getLogger(__name__)
 
@@ -290,6 +291,11 @@ class DaytonaService:
                 except SandboxGone:  # its processes went with it; the toolbox proxy has no daemon left to ask
                     message = "the sandbox was stopped while the command ran"
                     return daemon_error(502, message, path, request.method, "BAD_GATEWAY"), {}
+                except DaemonAbort as exc:  # the status alone; what the daemon kept to itself goes to the journal
+                    entry = current_entry()
+                    if entry is not None:
+                        entry.detail["daemon_error"] = exc.message
+                    return Response(status_code=exc.status), {}
                 except ApiError as exc:
                     return daemon_error(exc.status, exc.message, path, request.method, exc.code), {}
                 except FileNotFoundError as exc:
@@ -500,6 +506,13 @@ class DaytonaService:
                     continue
                 dest = destinations[index]
                 try:
+                    mkdir_all(sandbox, go_dir(dest), 0o755)
+                except GoPathError as exc:
+                    errors.append(f"{dest}: mkdir {go_dir(dest)}: {exc}")
+                    continue
+                except ApiError:  # the parents, cleaned, lie outside the sandbox: made there, unseen; the file's
+                    pass  # own path, which the kernel resolves, decides
+                try:
                     write_file(sandbox, resolve(sandbox, dest), payload)
                     written.append({"path": dest, "bytes": len(payload)})
                 except ApiError as exc:
@@ -548,38 +561,22 @@ class DaytonaService:
         return Response(payload, media_type=None, headers={"Content-Type": ctype})
 
     async def _tb_toolbox_files_download_one(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        path = request.query_params.get("path", "")
-        data = read_file(resolve(sandbox, path))
-        return Response(data, media_type="application/octet-stream")
+        return file_routes.download_one(sandbox, request.query_params.get("path", ""))
 
     async def _tb_toolbox_files_list(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        path = request.query_params.get("path") or sandbox.home
-        target = resolve(sandbox, path)
-        entries = []
-        for name in sorted(os.listdir(target)):
-            try:
-                entries.append(file_info(os.path.join(target, name), path.rstrip("/") + "/" + name))
-            except OSError:
-                continue  # a link that leads nowhere: the daemon leaves out what it cannot stat
-        return entries
+        return file_routes.list_files(sandbox, request.query_params.get("path", ""))
 
     async def _tb_toolbox_files_info(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        path = request.query_params.get("path", "")
-        if not path:
-            raise ApiError(400, "path is required")
-        return file_info(resolve(sandbox, path), path)
+        return file_routes.info(sandbox, request.query_params.get("path", ""))
 
     async def _tb_toolbox_files_delete(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        path = request.query_params.get("path", "")
-        if not path:
-            raise ApiError(400, "path is required")
         recursive = request.query_params.get("recursive") == "true"  # the daemon compares the string as given
-        delete_path(resolve(sandbox, path), recursive, path)
+        file_routes.delete(sandbox, request.query_params.get("path", ""), recursive)
         return Response(status_code=204)
 
     async def _tb_toolbox_files_folder(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        path = request.query_params.get("path", "")
-        make_dirs(resolve(sandbox, path), _folder_mode(request.query_params.get("mode")))
+        params = request.query_params
+        file_routes.create_folder(sandbox, params.get("path", ""), params.get("mode"))
         return Response(status_code=201)
 
     async def _tb_info_dispatch(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
@@ -804,19 +801,6 @@ def _in_loop(loop: asyncio.AbstractEventLoop) -> bool:
 
 
 __all__ = ["ROUTES", "DaytonaService"]
-
-
-def _folder_mode(raw: str | None) -> int:
-    """The ``mode`` of a folder creation: octal digits, as the daemon parses it (``ParseUint(mode, 8, 32)``), or 0755.
-
-    Anything else is the daemon's 400, never a server error (Python's ``int(x, 8)`` also takes ``0o``, ``_`` and
-    signs, which the daemon refuses).
-    """
-    if not raw:
-        return 0o755
-    if not raw.isascii() or not raw.isdigit() or "8" in raw or "9" in raw or int(raw, 8) >= 1 << 32:
-        raise ApiError(400, "invalid mode format")
-    return int(raw, 8)
 
 
 def _as_client_path(sandbox: Sandbox | None, filename: object) -> str:

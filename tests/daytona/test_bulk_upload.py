@@ -55,18 +55,25 @@ def test_a_new_file_is_0644_in_new_0755_directories(tb: tuple[httpx.Client, str,
 
 def test_what_the_daemon_refuses(tb: tuple[httpx.Client, str, str]) -> None:
     client, prefix, _ = tb
-    assert client.post(prefix + "/process/execute", json={"command": "mkdir d"}).json()["exitCode"] == 0
+    assert client.post(prefix + "/process/execute", json={"command": "mkdir d && touch f"}).json()["exitCode"] == 0
     fields = [
         ("files[0].path", (None, b"  ")),
         ("files[1].file", ("orphan", b"x")),
         ("files[2].path", (None, b"d")),
         ("files[2].file", ("d", b"x")),
-        ("files[3].path", (None, b"ok.txt")),
-        ("files[3].file", ("ok.txt", b"fine")),
+        ("files[3].path", (None, b"f/x//y/z.txt")),  # its MkdirAll of f/x/y stops at the file f
+        ("files[3].file", ("z.txt", b"x")),
+        ("files[4].path", (None, b"ok.txt")),
+        ("files[4].file", ("ok.txt", b"fine")),
     ]
     answer = _upload(client, prefix, fields)
     assert answer.status_code == 400
     assert answer.json() == {
-        "errors": ["path[0]: empty path", "file[1]: missing .path metadata", "d: create: open d: is a directory"],
+        "errors": [
+            "path[0]: empty path",
+            "file[1]: missing .path metadata",
+            "d: create: open d: is a directory",
+            "f/x//y/z.txt: mkdir f/x/y: mkdir f: not a directory",
+        ],
         "files": [{"path": "ok.txt", "bytes": 4}],
     }

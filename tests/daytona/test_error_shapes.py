@@ -40,23 +40,44 @@ def _sandbox(client: httpx.Client) -> str:
     return str(created.json()["id"])
 
 
+def _bare(response: httpx.Response, status: int) -> None:
+    """An error a daemon's file handler gives with ``ctx.AbortWithError``: the status, no body, no content type."""
+    assert (response.status_code, response.content) == (status, b""), response.text
+    assert "content-type" not in response.headers and response.headers["content-length"] == "0"
+
+
 def test_the_daemons_own_errors_parse(client: httpx.Client) -> None:
     tb = f"/toolbox/{_sandbox(client)}"
-    missing = _error(client.get(tb + "/files/info", params={"path": "nowhere.txt"}), 404)
-    assert missing.code is not None and missing.code.value == "FILE_NOT_FOUND" and missing.method == "GET"
-    assert client.post(tb + "/files/folder", params={"path": "d"}).status_code == 201
-    _error(client.get(tb + "/files/download", params={"path": "d"}), 400)  # a directory is not a file
     assert client.post(tb + "/process/session", json={"sessionId": "s"}).status_code == 201
     _error(client.post(tb + "/process/session", json={"sessionId": "s"}), 409)
     unauthorized = client.get(tb + "/work-dir", headers={"Authorization": "Bearer wrong"})
     _error(unauthorized, 401)
 
 
-@pytest.mark.parametrize("mode", ["abc", "0o755", "-1", "789", "7_5_5", "\u0667\u0665\u0665", "77777777777777"])
-def test_a_bad_folder_mode_is_the_daemons_400(client: httpx.Client, mode: str) -> None:
+def test_the_file_handlers_errors_are_the_status_alone(client: httpx.Client) -> None:
+    """The daemon's file handlers answer each error with ``ctx.AbortWithError``: gin writes the status at once, and
+    its error middleware leaves a written response alone, so the client gets no envelope at all."""
     tb = f"/toolbox/{_sandbox(client)}"
-    refused = _error(client.post(tb + "/files/folder", params={"path": "d", "mode": mode}), 400)
-    assert refused.message == "invalid mode format" and refused.method == "POST"
+    assert client.post(tb + "/process/execute", json={"command": "mkdir d && printf x > f"}).json()["exitCode"] == 0
+    _bare(client.get(tb + "/files/info", params={"path": "nowhere.txt"}), 404)
+    _bare(client.get(tb + "/files/info"), 400)  # path is required
+    _bare(client.get(tb + "/files/info", params={"path": "f/x"}), 400)  # not a directory: neither 404 nor 403
+    _bare(client.get(tb + "/files/download", params={"path": "d"}), 400)  # a directory is not a file
+    _bare(client.get(tb + "/files/download", params={"path": "nowhere.txt"}), 404)
+    _bare(client.get(tb + "/files/download"), 400)
+    _bare(client.get(tb + "/files", params={"path": "nowhere"}), 404)
+    _bare(client.get(tb + "/files", params={"path": "f"}), 400)  # a file is no directory to list
+    _bare(client.post(tb + "/files/folder"), 400)
+    _bare(client.post(tb + "/files/folder", params={"path": "f"}), 400)  # a file is there
+    _bare(client.post(tb + "/files/folder", params={"path": "a\0b"}), 400)  # Go's syscalls refuse a NUL: EINVAL
+
+
+@pytest.mark.parametrize("mode", ["abc", "0o755", "-1", "789", "7_5_5", "\u0667\u0665\u0665", "77777777777777"])
+def test_a_bad_folder_mode_is_the_daemons_400(client: httpx.Client, server: EmulatorServer, mode: str) -> None:
+    tb = f"/toolbox/{_sandbox(client)}"
+    _bare(client.post(tb + "/files/folder", params={"path": "d", "mode": mode}), 400)
+    entry = server.emulator.journal.entries()[-1]
+    assert entry.detail["daemon_error"] == "invalid mode format"  # what the daemon kept to itself
     assert client.post(tb + "/files/folder", params={"path": "d", "mode": "700"}).status_code == 201
 
 

@@ -191,24 +191,33 @@ def test_a_tree_nested_past_path_max_by_a_program_goes_with_its_sandbox(
 
 
 def test_delete_answers_as_the_daemon_does(client: httpx.Client) -> None:
-    """``DELETE /files``: no path is a 400; a missing path a 404 ``FILE_NOT_FOUND``; any directory, even an empty
-    one, needs ``recursive=true`` (compared as given, as the daemon does)."""
+    """``DELETE /files``: no path is a 400; a missing path a 404; any directory, even an empty one, needs
+    ``recursive=true`` (compared as given, as the daemon does), each refusal the status with an empty body (the
+    daemon's ``AbortWithError``)."""
     sid = _sandbox(client)
     tb = f"/toolbox/{sid}"
     assert client.post(tb + "/files/folder", params={"path": "empty"}).status_code in (200, 201)
     missing = client.delete(tb + "/files", params={"path": "nothing-here"})
-    assert (missing.status_code, missing.json()["code"]) == (404, "FILE_NOT_FOUND")
-    assert "nothing-here" in missing.json()["message"] and "/tmp" not in missing.json()["message"]
-    assert client.delete(tb + "/files", params={"path": ""}).json()["message"] == "path is required"
+    assert (missing.status_code, missing.content) == (404, b"")
+    refused = client.delete(tb + "/files", params={"path": ""})
+    assert (refused.status_code, refused.content) == (400, b"")
     for flag in (None, "True", "1"):
         params = {"path": "empty"} if flag is None else {"path": "empty", "recursive": flag}
         refused = client.delete(tb + "/files", params=params)
-        assert (refused.status_code, refused.json()["message"]) == (
-            400,
-            "cannot delete directory without recursive flag",
-        )
+        assert (refused.status_code, refused.content) == (400, b"")
     assert client.delete(tb + "/files", params={"path": "empty", "recursive": "true"}).status_code == 204
     assert client.get(tb + "/files/info", params={"path": "empty"}).status_code == 404
+
+
+@pytest.mark.parametrize("path", [".", "d/.", "./."])
+def test_a_recursive_delete_of_a_path_ending_in_dot_removes_nothing(client: httpx.Client, path: str) -> None:
+    """Go's ``os.RemoveAll`` refuses a path that ends in ``.`` (EINVAL, as rmdir(2) refuses ``.``): the daemon
+    answers 400 and everything stays. Resolved as a path, ``d/.`` is ``d``, and ``.`` the home itself."""
+    tb = f"/toolbox/{_sandbox(client)}"
+    assert client.post(tb + "/process/execute", json={"command": "mkdir d && touch d/f"}).json()["exitCode"] == 0
+    refused = client.delete(tb + "/files", params={"path": path, "recursive": "true"})
+    assert (refused.status_code, refused.content) == (400, b"")
+    assert client.get(tb + "/files/info", params={"path": "d/f"}).status_code == 200
 
 
 def test_an_interpreter_context_imports_what_its_start_did_not_load(
@@ -282,10 +291,12 @@ def test_a_command_ends_with_its_sandbox(client: httpx.Client, server: EmulatorS
 
 def test_an_error_names_the_path_as_the_client_gave_it(client: httpx.Client, server: EmulatorServer) -> None:
     """A path outside the home lives in the sandbox's private tree; an error about it names the client's path (as
-    the daemon echoes it), not the emulator's directory."""
+    the daemon echoes it), not the emulator's directory. (A single download's error has no body at all.)"""
     sid = _sandbox(client)
-    missing = client.get(f"/toolbox/{sid}/files/download", params={"path": "/tmp/nothing/here.txt"})
-    assert missing.status_code == 404, missing.text
-    assert missing.json()["message"] == "file not found: /tmp/nothing/here.txt"
+    missing = client.post(f"/toolbox/{sid}/files/bulk-download", json={"paths": ["/tmp/nothing/here.txt"]})
+    assert missing.status_code == 200, missing.text
+    assert "file not found: /tmp/nothing/here.txt" in missing.text
     fs_root = server.emulator.daytona.store.get(sid).fs_root
     assert fs_root not in missing.text
+    single = client.get(f"/toolbox/{sid}/files/download", params={"path": "/tmp/nothing/here.txt"})
+    assert (single.status_code, single.content) == (404, b"")
