@@ -103,7 +103,9 @@ TOOLBOX_ROUTES: tuple[tuple[str, str, str], ...] = (
     ("POST", "/files/bulk-download", "daytona.toolbox.files.download"),
     ("GET", "/files/download", "daytona.toolbox.files.download_one"),
     ("GET", "/files", "daytona.toolbox.files.list"),
+    ("GET", "/files/", "daytona.toolbox.files.list"),
     ("DELETE", "/files", "daytona.toolbox.files.delete"),
+    ("DELETE", "/files/", "daytona.toolbox.files.delete"),
     ("GET", "/files/info", "daytona.toolbox.files.info"),
     ("POST", "/files/folder", "daytona.toolbox.files.folder"),
     ("GET", "/user-home-dir", "daytona.toolbox.info"),
@@ -570,6 +572,13 @@ class DaytonaService:
         return file_routes.info(sandbox, request.query_params.get("path", ""))
 
     async def _tb_toolbox_files_delete(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        """The daemon registers ``DELETE /files/`` alone (``fsController.DELETE("/", ...)``): gin answers
+        ``DELETE /files`` with its trailing-slash redirect, a 307 (the method kept) to ``/files/`` with the query,
+        which the toolbox proxy prefixes with ``/toolbox/<id>``. The SDK's client follows it."""
+        if not request.url.path.endswith("/"):
+            query = request.url.query
+            location = request.url.path + "/" + ("?" + query if query else "")
+            return Response(status_code=307, headers={"Location": location})
         recursive = request.query_params.get("recursive") == "true"  # the daemon compares the string as given
         file_routes.delete(sandbox, request.query_params.get("path", ""), recursive)
         return Response(status_code=204)

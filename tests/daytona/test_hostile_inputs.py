@@ -197,16 +197,43 @@ def test_delete_answers_as_the_daemon_does(client: httpx.Client) -> None:
     sid = _sandbox(client)
     tb = f"/toolbox/{sid}"
     assert client.post(tb + "/files/folder", params={"path": "empty"}).status_code in (200, 201)
-    missing = client.delete(tb + "/files", params={"path": "nothing-here"})
+    missing = client.delete(tb + "/files/", params={"path": "nothing-here"})
     assert (missing.status_code, missing.content) == (404, b"")
-    refused = client.delete(tb + "/files", params={"path": ""})
+    refused = client.delete(tb + "/files/", params={"path": ""})
     assert (refused.status_code, refused.content) == (400, b"")
     for flag in (None, "True", "1"):
         params = {"path": "empty"} if flag is None else {"path": "empty", "recursive": flag}
-        refused = client.delete(tb + "/files", params=params)
+        refused = client.delete(tb + "/files/", params=params)
         assert (refused.status_code, refused.content) == (400, b"")
-    assert client.delete(tb + "/files", params={"path": "empty", "recursive": "true"}).status_code == 204
+    assert client.delete(tb + "/files/", params={"path": "empty", "recursive": "true"}).status_code == 204
     assert client.get(tb + "/files/info", params={"path": "empty"}).status_code == 404
+
+
+def test_delete_lives_at_files_slash_and_files_redirects_there(
+    client: httpx.Client, server: EmulatorServer, api_key: str
+) -> None:
+    """The daemon registers ``DELETE /files/`` and ``GET`` at both ``/files`` and ``/files/``: gin answers
+    ``DELETE /files`` with a 307 to ``/files/`` (query kept, the proxy's ``/toolbox/<id>`` before it, no body),
+    which the SDK's client follows."""
+    sid = _sandbox(client)
+    tb = f"/toolbox/{sid}"
+    assert client.post(tb + "/process/execute", json={"command": "touch a b"}).json()["exitCode"] == 0
+    moved = client.delete(tb + "/files", params={"path": "a", "recursive": "true"})
+    assert (moved.status_code, moved.content) == (307, b"")
+    assert moved.headers["location"] == f"{tb}/files/?path=a&recursive=true"
+    assert client.get(tb + "/files/info", params={"path": "a"}).status_code == 200  # nothing deleted yet
+    assert [e["name"] for e in client.get(tb + "/files/", params={"path": "."}).json()] == ["a", "b"]
+    from daytona import Daytona, DaytonaConfig
+
+    daytona = Daytona(DaytonaConfig(api_url=server.url + "/api", api_key=api_key))
+    sandbox = daytona.get(sid)
+    sandbox.fs.delete_file("a")
+    assert client.get(tb + "/files/info", params={"path": "a"}).status_code == 404
+    entries = server.emulator.journal.entries("daytona.toolbox.files.delete")
+    assert [(e.path.rsplit("/toolbox/", 1)[1].split("/", 1)[1], e.status) for e in entries[-2:]] == [
+        ("files", 307),
+        ("files/", 204),
+    ]
 
 
 @pytest.mark.parametrize("path", [".", "d/.", "./."])
@@ -215,7 +242,7 @@ def test_a_recursive_delete_of_a_path_ending_in_dot_removes_nothing(client: http
     answers 400 and everything stays. Resolved as a path, ``d/.`` is ``d``, and ``.`` the home itself."""
     tb = f"/toolbox/{_sandbox(client)}"
     assert client.post(tb + "/process/execute", json={"command": "mkdir d && touch d/f"}).json()["exitCode"] == 0
-    refused = client.delete(tb + "/files", params={"path": path, "recursive": "true"})
+    refused = client.delete(tb + "/files/", params={"path": path, "recursive": "true"})
     assert (refused.status_code, refused.content) == (400, b"")
     assert client.get(tb + "/files/info", params={"path": "d/f"}).status_code == 200
 
