@@ -17,18 +17,24 @@ from typing import Any
 from starlette.responses import Response
 
 from emulator.executor.trees import remove_tree
+from emulator.executor.workdir import write_all
 
-from .errors import DaemonAbort
+from .errors import ApiError, DaemonAbort
 from .files import (
     GoPathError,
     attachment_disposition,
+    create_file,
     file_info,
     go_clean,
+    go_dir,
     go_errno_text,
+    go_trim_space,
     mkdir_all,
     read_file,
     resolve,
 )
+from .go_json import go_marshal, go_text
+from .multipart import Part, multipart_boundary, read_parts
 from .sandboxes import Sandbox
 
 
@@ -180,3 +186,80 @@ def download_one(sandbox: Sandbox, path: str) -> Response:
         return _serve_error(error, headers)
     headers["Last-Modified"] = email.utils.formatdate(found.st_mtime, usegmt=True)
     return Response(data, headers=headers, media_type=None)
+
+
+def gin_json(payload: Any, status: int = 200) -> Response:
+    """An answer of gin's ``c.JSON``: Go's JSON, ``application/json; charset=utf-8``."""
+    return Response(go_marshal(payload), status, media_type="application/json; charset=utf-8")
+
+
+def upload_index(field_name: str) -> str:
+    """``0`` of ``files[0].path`` or ``files[0].file``, as the daemon's ``extractIndex`` cuts it."""
+    index = field_name.removeprefix("files[")
+    return index.removesuffix("].path").removesuffix("].file")
+
+
+def _upload_file(sandbox: Sandbox, dest: str, part: Part) -> str | None:
+    """One ``files[i].file`` written as ``UploadFiles`` writes it: ``os.MkdirAll(filepath.Dir(dest), 0755)``, then
+    ``os.Create(dest)`` and the part's bytes (a part the body ended inside: what came, then ``unexpected EOF``).
+    The daemon's error line for it, or None."""
+    parent = go_dir(dest)
+    try:
+        mkdir_all(sandbox, parent, 0o755)
+    except GoPathError as error:
+        return f"{dest}: mkdir {parent}: {error}"
+    except ApiError:  # the parents, cleaned, lie outside the sandbox: made there, unseen; the file's own path,
+        pass  # which the kernel resolves, decides
+    if "\0" in dest:
+        return f"{dest}: create: open {dest}: invalid argument"
+    try:
+        fd = create_file(sandbox, resolve(sandbox, dest), dest)
+    except ApiError as error:
+        return f"{dest}: create: {error.message}"
+    except OSError as error:
+        return f"{dest}: create: open {dest}: {go_errno_text(error)}"
+    try:
+        write_all(fd, part.data)
+    except OSError as error:
+        return f"{dest}: write: write {dest}: {go_errno_text(error)}"
+    finally:
+        os.close(fd)
+    return f"{dest}: write: unexpected EOF" if part.cut else None
+
+
+def bulk_upload(sandbox: Sandbox, body: bytes, content_type: str | None) -> Response:
+    """``POST /files/bulk-upload`` (``UploadFiles``): a body that is no multipart form is 400 ``{"errors":
+    ["invalid multipart form"]}``; otherwise each ``files[i].path`` (trimmed of Go's white space) names where the
+    ``files[i].file`` after it goes, each file written as it comes. Every error is a line of ``errors`` (the
+    reader's own last, ``reading part: ...``), answered 400 beside the ``files`` written; ``files`` is ``null``
+    where none was (a Go nil slice), so an upload of no files is ``{"files": null}``."""
+    boundary = multipart_boundary(content_type)
+    if boundary is None:
+        return gin_json({"errors": ["invalid multipart form"]}, 400)
+    parts, failure = read_parts(body, boundary)
+    destinations: dict[str, str] = {}
+    errors: list[str] = []
+    files: list[dict[str, Any]] | None = None
+    for part in parts:
+        name = part.form_name()
+        index = upload_index(name)
+        if name.endswith(".path"):
+            dest = go_trim_space(part.data.decode("utf-8", "surrogateescape"))
+            if part.cut:
+                errors.append(f"path[{index}]: unexpected EOF")
+            elif not dest:
+                errors.append(f"path[{index}]: empty path")
+            else:
+                destinations[index] = dest
+        elif name.endswith(".file"):
+            if index not in destinations:
+                errors.append(f"file[{index}]: missing .path metadata")
+            elif problem := _upload_file(sandbox, destinations[index], part):
+                errors.append(problem)
+            else:
+                files = (files or []) + [{"path": go_text(destinations[index]), "bytes": len(part.data)}]
+    if failure is not None:
+        errors.append(f"reading part: {failure}")
+    if errors:
+        return gin_json({"errors": [go_text(line) for line in errors], "files": files}, 400)
+    return gin_json({"files": files})

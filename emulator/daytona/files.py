@@ -14,8 +14,6 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-from emulator.executor.workdir import write_all
-
 from .errors import ApiError
 from .go_json import go_string
 from .sandboxes import Sandbox
@@ -318,27 +316,24 @@ def mkdir_all(sandbox: Sandbox, path: str, perm: int) -> None:
             raise GoPathError("mkdir", shown, error.errno or errno.EIO) from None
 
 
-def write_file(sandbox: Sandbox, target: str, data: bytes) -> None:
-    """Write ``data`` at ``target`` (from :func:`resolve`) as the daemon's ``os.Create`` does: an existing file is
-    truncated and written in place (its inode, mode and other links kept), through a link at the name; a new one is
-    0644 (0666 under the daemon's umask 022).
+def create_file(sandbox: Sandbox, target: str, shown: str) -> int:
+    """A descriptor to write ``target`` (from :func:`resolve`; ``shown``, the client's path) as the daemon's
+    ``os.Create`` opens it: an existing file is truncated and written in place (its inode, mode and other links
+    kept), through a link at the name; a new one is 0644 (0666 under the daemon's umask 022).
 
     Where a link at the name leads is checked again here, and the file is opened without following a link, so a
     program that swaps the name for a link to a host file after :func:`resolve` makes this fail, not write there.
     The parents are the caller's to make (:func:`mkdir_all`), as the daemon makes them first."""
     final = os.path.realpath(target)
     if not _inside(_bases(sandbox), final):
-        raise ApiError(400, f"path escapes the sandbox: {target}")
+        raise ApiError(400, f"path escapes the sandbox: {shown}")
     flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(final, flags | os.O_CREAT | os.O_EXCL, 0o644)
         os.fchmod(fd, 0o644)  # whatever this process's umask
     except FileExistsError:
         fd = os.open(final, flags | os.O_TRUNC)
-    try:
-        write_all(fd, data)
-    finally:
-        os.close(fd)
+    return fd
 
 
 def read_file(target: str) -> bytes:

@@ -30,16 +30,11 @@ from . import file_routes, search, session_shell
 from .config import AUTHENTICATED, SANDBOX_CREATE, SANDBOX_LIFECYCLE, DaytonaConfig
 from .errors import DAEMON_SOURCE, ApiError, DaemonAbort, api_error, daemon_error, json_response
 from .files import (
-    GoPathError,
-    go_dir,
     is_dir,
-    mkdir_all,
     multipart_body,
     not_a_dir_reason,
-    parse_multipart,
     read_file,
     resolve,
-    write_file,
 )
 from .go_fields import string_field
 from .go_json import as_go_decodes
@@ -486,44 +481,7 @@ class DaytonaService:
         return {"message": "Context deleted successfully"}
 
     async def _tb_toolbox_files_upload(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        """``/files/bulk-upload`` as the daemon's ``UploadFiles``: ``files[i].path`` (trimmed) names where
-        ``files[i].file`` goes; each file is written in place (see :func:`write_file`); what fails is listed in
-        ``errors`` (400) with what was written."""
-        parts = parse_multipart(body, request.headers.get("content-type"))
-        destinations: dict[str, str] = {}
-        written: list[dict[str, Any]] = []
-        errors: list[str] = []
-        for info, payload in parts:
-            field_name = info.get("name", "")
-            index = _upload_index(field_name)
-            if field_name.endswith(".path"):
-                named = payload.decode("utf-8", "replace").strip()
-                if not named:
-                    errors.append(f"path[{index}]: empty path")
-                    continue
-                destinations[index] = named
-            elif field_name.endswith(".file"):
-                if index not in destinations:
-                    errors.append(f"file[{index}]: missing .path metadata")
-                    continue
-                dest = destinations[index]
-                try:
-                    mkdir_all(sandbox, go_dir(dest), 0o755)
-                except GoPathError as exc:
-                    errors.append(f"{dest}: mkdir {go_dir(dest)}: {exc}")
-                    continue
-                except ApiError:  # the parents, cleaned, lie outside the sandbox: made there, unseen; the file's
-                    pass  # own path, which the kernel resolves, decides
-                try:
-                    write_file(sandbox, resolve(sandbox, dest), payload)
-                    written.append({"path": dest, "bytes": len(payload)})
-                except ApiError as exc:
-                    errors.append(f"{dest}: create: {exc.message}")
-                except OSError as exc:
-                    errors.append(f"{dest}: create: open {dest}: {(exc.strerror or str(exc)).lower()}")
-        if errors:
-            return json_response({"errors": errors, "files": written}, 400)
-        return {"files": written}
+        return file_routes.bulk_upload(sandbox, body, request.headers.get("content-type"))
 
     async def _tb_toolbox_files_download(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         """``/files/bulk-download`` as the daemon's ``DownloadFiles``: a body that is not ``{"paths": [...]}`` with
@@ -822,12 +780,6 @@ def _as_client_path(sandbox: Sandbox | None, filename: object) -> str:
         if text == root or text.startswith(root + "/"):
             return text[len(root) :] or "/"
     return text
-
-
-def _upload_index(field_name: str) -> str:
-    """``0`` of ``files[0].path`` or ``files[0].file``, as the daemon's ``extractIndex`` cuts it."""
-    index = field_name.removeprefix("files[")
-    return index.removesuffix("].path").removesuffix("].file")
 
 
 #: The daemon's fixed boundary for bulk downloads.

@@ -146,16 +146,23 @@ def test_an_upload_whose_payload_holds_the_boundary_is_stored_whole(client: http
     assert client.get(f"/toolbox/{sid}/files/download", params={"path": "kept.bin"}).content == data
 
 
-def test_an_upload_cut_short_writes_nothing(client: httpx.Client) -> None:
-    """No close delimiter: Go's multipart reader fails, the daemon answers 400; no truncated file is written."""
+@pytest.mark.parametrize(("tail", "kept"), [(b"", b"0123456"), (b"0123456789\r\n--c", b"0123456789")])
+def test_an_upload_cut_short_keeps_what_came(client: httpx.Client, tail: bytes, kept: bytes) -> None:
+    """No close delimiter: the daemon writes a file as Go's reader yields it, so the cut file holds what came (less
+    a tail that could begin a delimiter, which the reader holds back), and the answer is a 400 naming the cut and
+    the reader's end, with ``files`` null (none was written whole)."""
     sid = _sandbox(client)
     boundary = "cut"
     body = _multipart(boundary, [("files[0].path", b"cut.bin"), ("files[0].file", b"0123456789")], close=False)
-    body = body[:-5]  # the connection dropped inside the payload
+    body = body[:-5] if not tail else body[: body.rindex(b"0123456789")] + tail  # the connection dropped
     headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
     uploaded = client.post(f"/toolbox/{sid}/files/bulk-upload", content=body, headers=headers)
     assert uploaded.status_code == 400, uploaded.text
-    assert client.get(f"/toolbox/{sid}/files/info", params={"path": "cut.bin"}).status_code == 404
+    assert uploaded.json() == {
+        "errors": ["cut.bin: write: unexpected EOF", "reading part: multipart: NextPart: EOF"],
+        "files": None,
+    }
+    assert client.get(f"/toolbox/{sid}/files/download", params={"path": "cut.bin"}).content == kept
 
 
 def test_a_path_deeper_than_pythons_recursion_limit_is_made(client: httpx.Client) -> None:
