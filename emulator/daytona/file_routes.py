@@ -10,9 +10,11 @@ EPERM), any other error of the file system 400. The bulk routes write bodies of 
 from __future__ import annotations
 
 import email.utils
+import json
 import os
 import stat
-from typing import Any
+from datetime import datetime, timezone
+from typing import Any, NoReturn
 
 from starlette.responses import Response
 
@@ -25,15 +27,19 @@ from .files import (
     attachment_disposition,
     create_file,
     file_info,
+    form_disposition,
     go_clean,
     go_dir,
     go_errno_text,
+    go_mime_type,
     go_trim_space,
+    is_dir,
     mkdir_all,
+    multipart_body,
     read_file,
     resolve,
 )
-from .go_json import go_marshal, go_text
+from .go_json import as_go_decodes, go_marshal, go_text
 from .multipart import Part, multipart_boundary, read_parts
 from .sandboxes import Sandbox
 
@@ -263,3 +269,113 @@ def bulk_upload(sandbox: Sandbox, body: bytes, content_type: str | None) -> Resp
     if errors:
         return gin_json({"errors": [go_text(line) for line in errors], "files": files}, 400)
     return gin_json({"files": files})
+
+
+#: The daemon's fixed boundary for bulk downloads.
+DOWNLOAD_BOUNDARY = "DAYTONA-FILE-BOUNDARY"
+_NO_PATHS = {"error": 'request body must be {"paths": [ ... ]} and non-empty'}
+
+
+def _no_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is no JSON")  # Go's decoder refuses NaN and Infinity, Python's takes them
+
+
+def download_paths(body: bytes) -> list[str] | None:
+    """The ``paths`` of a bulk download as ``c.BindJSON`` fills ``FilesDownloadRequest``: from the body's first JSON
+    value (what follows it is never read), the field found without regard to case (the last of several wins), a
+    null element an empty path, a byte that is no UTF-8 (or a lone surrogate escape) U+FFFD; None where Go's
+    decoding fails (a JSON ``null`` body, or one without the field, is no paths)."""
+    text = body.decode("utf-8", "surrogateescape").lstrip(" \t\r\n")
+    try:
+        value, _ = json.JSONDecoder(parse_constant=_no_constant).raw_decode(text)
+    except ValueError:
+        return None
+    if value is None:
+        return []
+    if not isinstance(value, dict):
+        return None
+    paths: Any = None
+    for key, item in value.items():
+        if key.lower() == "paths":
+            paths = item
+    if paths is None:
+        return []
+    if not isinstance(paths, list) or not all(item is None or isinstance(item, str) for item in paths):
+        return None
+    return [as_go_decodes(item or "") for item in paths]
+
+
+def _go_now() -> str:
+    """``time.Now().UTC()`` as Go's JSON writes it (RFC 3339 with the fraction's trailing zeros dropped)."""
+    now = datetime.now(timezone.utc)
+    fraction = f"{now.microsecond:06d}".rstrip("0")
+    return now.strftime("%Y-%m-%dT%H:%M:%S") + (f".{fraction}" if fraction else "") + "Z"
+
+
+class _Refused(Exception):
+    """A path ``openDownloadFile`` refuses: the status, code and message of its ``ErrorResponse``."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def _open_refusal(error: OSError, path: str) -> _Refused:
+    """``classifyOpenFileError``: ENOENT 404 ``FILE_NOT_FOUND``, EACCES or EPERM 403 ``FILE_ACCESS_DENIED``, any
+    other 500 ``FILE_READ_FAILED`` with Go's ``open`` error (``os.ErrInvalid`` never comes of a syscall)."""
+    if isinstance(error, FileNotFoundError):
+        return _Refused(404, "FILE_NOT_FOUND", f"file not found: {path}")
+    if isinstance(error, PermissionError):
+        return _Refused(403, "FILE_ACCESS_DENIED", f"permission denied: {path}")
+    return _Refused(500, "FILE_READ_FAILED", f"failed to open file: open {path}: {go_errno_text(error)}")
+
+
+def _download(sandbox: Sandbox, path: str) -> bytes:
+    """``openDownloadFile`` and the copy: the bytes of ``path``, or why not."""
+    if not path:
+        raise _Refused(400, "INVALID_FILE_PATH", "invalid file path: path is empty")
+    if "\0" in path:  # Go's open refuses the name: EINVAL, none of the classes it names
+        raise _Refused(500, "FILE_READ_FAILED", f"failed to open file: open {path}: invalid argument")
+    try:
+        target = resolve(sandbox, path)
+    except ApiError:  # a path the emulator keeps out of the sandbox
+        raise _Refused(400, "INVALID_FILE_PATH", f"invalid file path: {path}") from None
+    try:
+        if is_dir(target):
+            raise _Refused(400, "INVALID_FILE_PATH", f"invalid file path: path points to a directory: {path}")
+        return read_file(target)
+    except OSError as error:
+        raise _open_refusal(error, path) from None
+
+
+def bulk_download(sandbox: Sandbox, body: bytes) -> Response:
+    """``POST /files/bulk-download`` (``DownloadFiles``): a body that is not ``{"paths": [...]}`` with a path is its
+    own 400 ``{"error": ...}``; otherwise a multipart answer under its fixed boundary, each path in order a ``file``
+    part (typed by ``mime.TypeByExtension``, with its ``Content-Length``) or an ``error`` part holding the daemon's
+    ``ErrorResponse`` (``statusCode``, ``message``, ``code``, ``timestamp``, ``path``, ``method``: no ``source``),
+    each named for the path in ``filename`` (Latin-1) and ``filename*`` (RFC 5987)."""
+    paths = download_paths(body)
+    if not paths:
+        return gin_json(_NO_PATHS, 400)
+    parts: list[tuple[dict[str, str], bytes]] = []
+    for path in paths:
+        try:
+            data = _download(sandbox, path)
+        except _Refused as refused:
+            error = {
+                "statusCode": refused.status,
+                "message": go_text(refused.message),
+                "code": refused.code,
+                "timestamp": _go_now(),
+                "path": go_text(path),
+                "method": "POST",
+            }
+            headers = {"Content-Disposition": form_disposition("error", path)}
+            headers["Content-Type"] = "application/json; charset=utf-8"
+            parts.append((headers, go_marshal(error)))
+            continue
+        headers = {"Content-Disposition": form_disposition("file", path), "Content-Length": str(len(data))}
+        headers["Content-Type"] = go_mime_type(path)
+        parts.append((headers, data))
+    payload, content_type = multipart_body(parts, DOWNLOAD_BOUNDARY)
+    return Response(payload, headers={"Content-Type": content_type}, media_type=None)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import urllib.parse
 import uuid
 from datetime import datetime, timezone
 from typing import Any
@@ -120,21 +119,49 @@ def _part(raw: bytes) -> tuple[dict[str, str], bytes]:
     return info, payload
 
 
-def multipart_body(parts: list[tuple[str, str, str, bytes]], boundary: str | None = None) -> tuple[bytes, str]:
-    """Build a ``multipart/form-data`` answer from (field name, filename, content type, payload)."""
+def multipart_body(parts: list[tuple[dict[str, str], bytes]], boundary: str | None = None) -> tuple[bytes, str]:
+    """A ``multipart/form-data`` answer from (headers, payload), written as Go's ``multipart.Writer`` writes it:
+    each part's headers in the order of their names, the whole closed by the close delimiter."""
     boundary = boundary or uuid.uuid4().hex
     out = bytearray()
-    for name, filename, ctype, payload in parts:
-        quoted = filename.replace("\\", "\\\\").replace('"', '\\"')
-        extended = urllib.parse.quote(filename, safe="")
+    for headers, payload in parts:
         out += f"--{boundary}\r\n".encode()
-        out += (
-            f'Content-Disposition: form-data; name="{name}"; filename="{quoted}"; filename*=utf-8\'\'{extended}\r\n'
-        ).encode()
-        out += f"Content-Type: {ctype}\r\n\r\n".encode()
-        out += payload + b"\r\n"
+        for name in sorted(headers):
+            out += f"{name}: {headers[name]}\r\n".encode("latin-1")
+        out += b"\r\n" + payload + b"\r\n"
     out += f"--{boundary}--\r\n".encode()
     return bytes(out), f"multipart/form-data; boundary={boundary}"
+
+
+#: Go's ``mime`` package's own table (``builtinTypesLower``), what ``mime.TypeByExtension`` knows on a system
+#: without a MIME database (an image's ``/etc/mime.types`` would add to it).
+GO_MIME_TYPES = {
+    ".avif": "image/avif",
+    ".css": "text/css; charset=utf-8",
+    ".gif": "image/gif",
+    ".htm": "text/html; charset=utf-8",
+    ".html": "text/html; charset=utf-8",
+    ".jpeg": "image/jpeg",
+    ".jpg": "image/jpeg",
+    ".js": "text/javascript; charset=utf-8",
+    ".json": "application/json",
+    ".mjs": "text/javascript; charset=utf-8",
+    ".pdf": "application/pdf",
+    ".png": "image/png",
+    ".svg": "image/svg+xml",
+    ".wasm": "application/wasm",
+    ".webp": "image/webp",
+    ".xml": "text/xml; charset=utf-8",
+}
+
+
+def go_mime_type(path: str) -> str:
+    """The type of a bulk download's file part: ``mime.TypeByExtension(filepath.Ext(path))`` (the last element's
+    suffix from its last dot, matched as it is, then lower-cased), ``application/octet-stream`` for none."""
+    name = path[path.rfind("/") + 1 :]
+    dot = name.rfind(".")
+    extension = name[dot:] if dot >= 0 else ""
+    return GO_MIME_TYPES.get(extension) or GO_MIME_TYPES.get(extension.lower()) or "application/octet-stream"
 
 
 #: The owner and group the daemon shows for a sandbox's files: its ``FileInfo`` holds the numeric ids, and the

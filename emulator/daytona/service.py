@@ -28,12 +28,10 @@ from emulator.journal import retry_after_detail
 
 from . import file_routes, search, session_shell
 from .config import AUTHENTICATED, SANDBOX_CREATE, SANDBOX_LIFECYCLE, DaytonaConfig
-from .errors import DAEMON_SOURCE, ApiError, DaemonAbort, api_error, daemon_error, json_response
+from .errors import ApiError, DaemonAbort, api_error, daemon_error, json_response
 from .files import (
     is_dir,
-    multipart_body,
     not_a_dir_reason,
-    read_file,
     resolve,
 )
 from .go_fields import string_field
@@ -484,41 +482,7 @@ class DaytonaService:
         return file_routes.bulk_upload(sandbox, body, request.headers.get("content-type"))
 
     async def _tb_toolbox_files_download(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        """``/files/bulk-download`` as the daemon's ``DownloadFiles``: a body that is not ``{"paths": [...]}`` with
-        at least one path is 400 with its own ``{"error"}`` body; each path is a ``file`` part, or an ``error`` part
-        holding the daemon's ``ErrorResponse`` (``FILE_NOT_FOUND`` 404; ``INVALID_FILE_PATH`` 400 for an empty path
-        or a directory; ``FILE_READ_FAILED`` 500 when a component is no directory)."""
-        try:
-            paths = _json_body(body).get("paths")
-        except ApiError:
-            paths = None
-        if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
-            return json_response({"error": 'request body must be {"paths": [ ... ]} and non-empty'}, 400)
-        parts: list[tuple[str, str, str, bytes]] = []
-        for raw in paths:
-            path = as_go_decodes(raw)
-            try:
-                if not path:
-                    raise _DownloadRefused(400, "INVALID_FILE_PATH", "invalid file path: path is empty")
-                target = resolve(sandbox, path)
-                if is_dir(target):
-                    message = f"invalid file path: path points to a directory: {path}"
-                    raise _DownloadRefused(400, "INVALID_FILE_PATH", message)
-                parts.append(("file", path, "application/octet-stream", read_file(target)))
-            except (_DownloadRefused, ApiError, OSError) as exc:
-                status, code, message = _download_refusal(exc, path)
-                error = {
-                    "statusCode": status,
-                    "message": message,
-                    "code": code,
-                    "timestamp": now_iso(),
-                    "path": path,
-                    "method": "POST",
-                    "source": DAEMON_SOURCE,
-                }
-                parts.append(("error", path, "application/json; charset=utf-8", json.dumps(error).encode()))
-        payload, ctype = multipart_body(parts, DOWNLOAD_BOUNDARY)
-        return Response(payload, media_type=None, headers={"Content-Type": ctype})
+        return file_routes.bulk_download(sandbox, body)
 
     async def _tb_toolbox_files_download_one(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         return file_routes.download_one(sandbox, request.query_params.get("path", ""))
@@ -780,30 +744,6 @@ def _as_client_path(sandbox: Sandbox | None, filename: object) -> str:
         if text == root or text.startswith(root + "/"):
             return text[len(root) :] or "/"
     return text
-
-
-#: The daemon's fixed boundary for bulk downloads.
-DOWNLOAD_BOUNDARY = "DAYTONA-FILE-BOUNDARY"
-
-
-class _DownloadRefused(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-
-
-def _download_refusal(exc: Exception, path: str) -> tuple[int, str, str]:
-    """(status, code, message) of a bulk download's error part, classified as the daemon classifies the error."""
-    if isinstance(exc, _DownloadRefused):
-        return exc.status, exc.code, exc.message
-    if isinstance(exc, FileNotFoundError):
-        return 404, "FILE_NOT_FOUND", f"file not found: {path}"
-    if isinstance(exc, PermissionError):
-        return 403, "FILE_ACCESS_DENIED", f"permission denied: {path}"
-    if isinstance(exc, ApiError):  # a path the emulator keeps out of the sandbox
-        return 400, "INVALID_FILE_PATH", f"invalid file path: {path}"
-    reason = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else str(exc)
-    return 500, "FILE_READ_FAILED", f"failed to open file: open {path}: {reason}"
 
 
 def _daemon_body(body: bytes) -> dict[str, Any]:
