@@ -205,22 +205,22 @@ def _go_times(mtime_ns: int) -> tuple[str, str]:
 
 
 def file_info(path: str, shown_path: str) -> dict[str, Any]:
-    """FileInfo JSON, as the daemon's ``getFileInfo`` makes it: of what a link leads to (``os.Stat``), the mode as Go
-    writes it, ``permissions`` the nine permission bits only, owner and group as numbers. A name's byte that is no
-    UTF-8 is one U+FFFD, as Go's JSON encoder writes it (Python's surrogate for it would not encode)."""
+    """FileInfo JSON, as the daemon's ``getFileInfo`` makes it (fs/types.go at 8b6f9b14a, in its fields' order, with
+    no ``path``): of what a link leads to (``os.Stat``), the mode as Go writes it, ``permissions`` the nine
+    permission bits only, owner and group as numbers. A name's byte that is no UTF-8 is one U+FFFD, as Go's JSON
+    encoder writes it (Python's surrogate for it would not encode)."""
     st = os.stat(path)
     mod_time, modified_at = _go_times(st.st_mtime_ns)
     return {
         "name": go_string(os.fsencode(os.path.basename(shown_path.rstrip("/")) or "/")),
-        "path": go_string(os.fsencode(shown_path)),
-        "isDir": stat.S_ISDIR(st.st_mode),
         "size": int(st.st_size),
         "mode": go_file_mode(st.st_mode),
-        "permissions": f"{st.st_mode & 0o777:04o}",
-        "owner": SANDBOX_UID,
-        "group": SANDBOX_UID,
         "modTime": mod_time,
         "modifiedAt": modified_at,
+        "isDir": stat.S_ISDIR(st.st_mode),
+        "owner": SANDBOX_UID,
+        "group": SANDBOX_UID,
+        "permissions": f"{st.st_mode & 0o777:04o}",
     }
 
 

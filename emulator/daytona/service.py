@@ -488,10 +488,10 @@ class DaytonaService:
         return file_routes.download_one(sandbox, request.query_params.get("path", ""))
 
     async def _tb_toolbox_files_list(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        return file_routes.list_files(sandbox, request.query_params.get("path", ""))
+        return file_routes.gin_json(file_routes.list_files(sandbox, request.query_params.get("path", "")))
 
     async def _tb_toolbox_files_info(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        return file_routes.info(sandbox, request.query_params.get("path", ""))
+        return file_routes.gin_json(file_routes.info(sandbox, request.query_params.get("path", "")))
 
     async def _tb_toolbox_files_delete(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         """The daemon registers ``DELETE /files/`` alone (``fsController.DELETE("/", ...)``): gin answers

@@ -144,3 +144,23 @@ def test_a_folder_and_its_parents_take_the_mode_as_go_mkdir_all_gives_it(
     assert [_info(tb, path)["mode"] for path in ("p", "p/q", "p/q/r")] == [shown] * 3
     assert client.post(prefix + "/files/folder", params={"path": "p/q", "mode": "700"}).status_code == 201
     assert _info(tb, "p/q")["mode"] == shown  # a folder that is there is left as it is
+
+
+def test_a_file_info_is_gos_json_of_the_daemons_struct(tb: tuple[httpx.Client, str]) -> None:
+    """``FileInfo`` at 8b6f9b14a: its fields in the struct's order and no ``path`` (a later daemon's); gin's JSON."""
+    client, prefix = tb
+    _run(tb, "mkdir d && printf abc > d/f")
+    for answer in (client.get(prefix + "/files/info", params={"path": "d/f"}), client.get(prefix + "/files/?path=d")):
+        assert answer.headers["content-type"] == "application/json; charset=utf-8"
+        info = answer.json() if isinstance(answer.json(), dict) else answer.json()[0]
+        assert list(info) == [
+            "name",
+            "size",
+            "mode",
+            "modTime",
+            "modifiedAt",
+            "isDir",
+            "owner",
+            "group",
+            "permissions",
+        ]
