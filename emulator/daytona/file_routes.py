@@ -10,9 +10,12 @@ EPERM), any other error of the file system 400. The bulk routes write bodies of 
 from __future__ import annotations
 
 import email.utils
+import errno
 import json
 import os
+import shutil
 import stat
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any, NoReturn
 
@@ -39,7 +42,8 @@ from .files import (
     read_file,
     resolve,
 )
-from .go_json import as_go_decodes, go_marshal, go_text
+from .go_json import as_go_decodes, go_marshal, go_string, go_text
+from .go_walk import base_name, go_match, walk
 from .multipart import Part, multipart_boundary, read_parts
 from .sandboxes import Sandbox
 
@@ -103,10 +107,27 @@ def _ends_with_dot(path: str) -> bool:
     return path == "." or path.endswith("/.")
 
 
+def _is_sandbox_root(sandbox: Sandbox, host: str) -> bool:
+    """Whether ``host`` is the home or the private tree's root (``/``), which the daemon's user cannot remove or
+    rename: their parents are not its to change."""
+    real = os.path.realpath(host)
+    return real in (os.path.realpath(sandbox.home), os.path.realpath(sandbox.fs_root))
+
+
+def _empty(directory: str) -> None:
+    """What ``os.RemoveAll`` of the home or ``/`` does before its last rmdir fails: everything inside is removed."""
+    for name in os.listdir(directory):
+        inside = os.path.join(directory, name)
+        if os.path.isdir(inside) and not os.path.islink(inside):
+            remove_tree(inside)
+        else:
+            os.unlink(inside)
+
+
 def delete(sandbox: Sandbox, path: str, recursive: bool) -> None:
     """``DELETE /files`` (``DeleteFile``): the path looked up following links; a directory (an empty one, a link to
     one) needs ``recursive``; then ``os.RemoveAll``, which removes a link itself and refuses a path that ends in
-    ``.``, or ``os.Remove``."""
+    ``.``, or ``os.Remove``. The home (or ``/``) is emptied and kept, as the daemon's last rmdir fails there: 400."""
     target = target_of(sandbox, required(path), "stat")
     try:
         found = os.stat(target)
@@ -116,6 +137,9 @@ def delete(sandbox: Sandbox, path: str, recursive: bool) -> None:
         raise DaemonAbort(400, "cannot delete directory without recursive flag")
     if recursive and _ends_with_dot(path):
         raise DaemonAbort(400, f"RemoveAll {path}: invalid argument")
+    if recursive and _is_sandbox_root(sandbox, target):
+        _empty(target)
+        raise DaemonAbort(400, f"unlinkat {path}: permission denied")
     try:
         if recursive and os.path.isdir(target) and not os.path.islink(target):
             if not remove_tree(target):
@@ -379,3 +403,238 @@ def bulk_download(sandbox: Sandbox, body: bytes) -> Response:
         parts.append((headers, data))
     payload, content_type = multipart_body(parts, DOWNLOAD_BOUNDARY)
     return Response(payload, headers={"Content-Type": content_type}, media_type=None)
+
+
+def _pair(first: str, second: str, message: str) -> None:
+    """The two query parameters a handler requires: either missing or empty is 400 with ``message``."""
+    if not first or not second:
+        raise DaemonAbort(400, message)
+
+
+#: ``bufio.Scanner``'s ``MaxScanTokenSize``: a line this long stops the scan of its file (``ErrTooLong``, unread).
+_MAX_LINE = 64 * 1024
+
+
+def _scanned_lines(content: bytes) -> Iterator[bytes]:
+    """The lines ``bufio.Scanner`` with ``ScanLines`` yields: split at ``\\n``, a ``\\r`` before it dropped, a last
+    line without one kept; a line past the scanner's buffer ends the scan (the handler ignores the error)."""
+    start = 0
+    while start < len(content):
+        end = content.find(b"\n", start)
+        stop = len(content) if end < 0 else end
+        if stop - start >= _MAX_LINE:
+            return
+        yield content[start:stop].removesuffix(b"\r") if end >= 0 else content[start:stop]
+        start = stop + 1
+
+
+def _text_of(host: str) -> bytes | None:
+    """A regular file's bytes as ``FindInFiles`` reads it, or None where it passes the file over: it cannot open
+    it, its first read gives nothing (an empty file), or the first 512 bytes hold a NUL (a binary file)."""
+    try:
+        fd = os.open(host, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as file:
+        try:
+            content = file.read()
+        except OSError:
+            return None
+    head = content[:512]
+    return None if not head or b"\0" in head else content
+
+
+def find_in_files(sandbox: Sandbox, path: str, pattern: str) -> list[dict[str, Any]]:
+    """``GET /files/find`` (``FindInFiles``): each line of each regular, non-binary file under ``path`` (walked as
+    Go walks it, links not followed) that holds ``pattern``, as ``{file, line, content}``; a path that is not
+    there, nothing."""
+    _pair(path, pattern, "path and pattern are required")
+    wanted = pattern.encode("utf-8", "surrogateescape")
+    matches = []
+    for shown, host, found in walk(sandbox, path):
+        if not stat.S_ISREG(found.st_mode) or (content := _text_of(host)) is None:
+            continue
+        for number, line in enumerate(_scanned_lines(content), start=1):
+            if wanted in line:
+                matches.append({"file": go_text(shown), "line": number, "content": go_string(line)})
+    return matches
+
+
+def search_files(sandbox: Sandbox, path: str, pattern: str) -> dict[str, list[str]]:
+    """``GET /files/search`` (``SearchFiles``): every path under ``path`` (itself first, walked as Go walks it)
+    whose name matches ``pattern`` by ``filepath.Match``; a malformed pattern matches nothing."""
+    _pair(path, pattern, "path and pattern are required")
+    found_paths = [go_text(shown) for shown, _, _ in walk(sandbox, path) if go_match(pattern, base_name(shown))]
+    return {"files": found_paths}
+
+
+def _bound_body(body: bytes) -> Any:
+    """The first JSON value of a body, as gin's JSON binding decodes it (what follows is never read; a byte that is
+    no UTF-8 or a lone surrogate escape is U+FFFD); a body that does not decode is the handler's 400."""
+    text = body.decode("utf-8", "surrogateescape").lstrip(" \t\r\n")
+    try:
+        value, _ = json.JSONDecoder(parse_constant=_no_constant).raw_decode(text)
+    except ValueError:
+        raise DaemonAbort(400, "invalid request body") from None
+    return as_go_decodes(value)
+
+
+def _field(body: dict[str, Any], name: str) -> Any:
+    """A struct field as Go's decoder fills it: its key matched without regard to case, the last of several."""
+    value = None
+    for key, item in body.items():
+        if key.lower() == name.lower():
+            value = item
+    return value
+
+
+def replace_request(body: bytes) -> tuple[list[str], str, str]:
+    """``ReplaceRequest`` bound and validated: ``files`` a list of strings (a null one empty) that is there,
+    ``pattern`` a string that is not empty, ``newValue`` a string that is there (empty is fine); else 400."""
+    value = _bound_body(body)
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        raise DaemonAbort(400, "invalid request body: json: cannot unmarshal into ReplaceRequest")
+    files, pattern, new_value = _field(value, "files"), _field(value, "pattern"), _field(value, "newValue")
+    types_ok = (
+        (files is None or (isinstance(files, list) and all(f is None or isinstance(f, str) for f in files)))
+        and (pattern is None or isinstance(pattern, str))
+        and (new_value is None or isinstance(new_value, str))
+    )
+    if not types_ok:
+        raise DaemonAbort(400, "invalid request body: json: cannot unmarshal into ReplaceRequest")
+    if files is None or not pattern or new_value is None:  # validate:"required" on each
+        raise DaemonAbort(400, "invalid request body: Key: 'ReplaceRequest' Error: failed on the 'required' tag")
+    return [f or "" for f in files], pattern, new_value
+
+
+def _replace_in(sandbox: Sandbox, path: str, old: bytes, new: bytes) -> str | None:
+    """One file of ``ReplaceInFiles``: ``os.ReadFile``, ``strings.ReplaceAll``, ``os.WriteFile`` (written again
+    whether anything changed or not); Go's error for it, or None."""
+    if "\0" in path or not path:  # Go's open of "" is ENOENT, of a NUL EINVAL
+        return f"open {path}: {'invalid argument' if path else 'no such file or directory'}"
+    try:
+        target = resolve(sandbox, path)
+        if is_dir(target):
+            return f"read {path}: is a directory"
+        content = read_file(target)
+    except ApiError as error:
+        return error.message
+    except OSError as error:
+        return f"open {path}: {go_errno_text(error)}"
+    try:
+        fd = create_file(sandbox, target, path)
+    except ApiError as error:
+        return error.message
+    except OSError as error:
+        return f"open {path}: {go_errno_text(error)}"
+    try:
+        write_all(fd, content.replace(old, new))
+    except OSError as error:
+        return f"write {path}: {go_errno_text(error)}"
+    finally:
+        os.close(fd)
+    return None
+
+
+def replace_in_files(sandbox: Sandbox, body: bytes) -> list[dict[str, Any]]:
+    """``POST /files/replace`` (``ReplaceInFiles``): each file in order, ``{file, success}`` with Go's ``error``
+    where it failed (``open x: no such file or directory``); a body that does not bind is 400."""
+    files, pattern, new_value = replace_request(body)
+    old, new = pattern.encode("utf-8", "surrogateescape"), new_value.encode("utf-8", "surrogateescape")
+    results: list[dict[str, Any]] = []
+    for path in files:
+        failure = _replace_in(sandbox, path, old, new)
+        result: dict[str, Any] = {"file": go_text(path), "success": failure is None}
+        if failure is not None:
+            result["error"] = go_text(failure)
+        results.append(result)
+    return results
+
+
+def _stat_or_abort(host: str, shown: str) -> os.stat_result:
+    try:
+        return os.stat(host)
+    except OSError as error:
+        raise stat_abort(error, "stat", shown) from None
+
+
+def move(sandbox: Sandbox, source: str, destination: str) -> None:
+    """``POST /files/move`` (``MoveFile``): the source looked up (404, 403, 400), the destination's directory too,
+    a destination that is there 409, then ``os.Rename``. Where the rename fails the daemon copies and removes
+    instead; here only across file systems (EXDEV) — any other failure is the 400 the copy's failure would give."""
+    _pair(source, destination, "source and destination paths are required")
+    source_host = target_of(sandbox, source, "stat")
+    destination_host = target_of(sandbox, destination, "stat")
+    _stat_or_abort(source_host, source)
+    if _is_sandbox_root(sandbox, source_host):  # the daemon's user may not rename its home (nor /)
+        raise DaemonAbort(400, f"failed to move file: rename {source} {destination}: permission denied")
+    _stat_or_abort(os.path.dirname(destination_host), go_dir(destination))
+    if os.path.exists(destination_host):
+        raise DaemonAbort(409, "destination already exists")
+    try:
+        os.rename(source_host, destination_host)
+    except OSError as error:
+        if error.errno != errno.EXDEV:
+            message = f"failed to move file: rename {source} {destination}: {go_errno_text(error)}"
+            raise DaemonAbort(400, message) from None
+        _copy_then_remove(source_host, destination_host)
+
+
+def _copy_then_remove(source: str, destination: str) -> None:
+    """The daemon's fallback for a rename across file systems: a copy (each link's target, as its ``os.Open``
+    reads it) and ``os.RemoveAll`` of the source."""
+    try:
+        if os.path.isdir(source) and not os.path.islink(source):
+            shutil.copytree(source, destination, symlinks=False)
+        else:
+            shutil.copy2(source, destination)
+    except (OSError, shutil.Error) as error:
+        raise DaemonAbort(400, f"failed to move file: {error}") from None
+    if os.path.isdir(source) and not os.path.islink(source):
+        remove_tree(source)
+    else:
+        os.unlink(source)
+
+
+#: The owners and groups the sandbox image's ``/etc/passwd`` and ``/etc/group`` name (``user.Lookup``).
+IMAGE_IDS = {"root": 0, "daytona": 1000}
+#: Go's ``os.FileMode`` bits that ``os.Chmod`` turns into set-user-ID, set-group-ID and sticky (0o7000 are not).
+_GO_SPECIAL_BITS = ((1 << 23, stat.S_ISUID), (1 << 22, stat.S_ISGID), (1 << 20, stat.S_ISVTX))
+
+
+def _go_id(raw: str, missing: str) -> int:
+    """An owner or group as the handler resolves it: ``strconv.Atoi`` first (a sign is fine), then the image's
+    names; else 400 ``user not found`` / ``group not found``."""
+    digits = raw[1:] if raw[:1] in "+-" else raw
+    if digits.isascii() and digits.isdigit():
+        return int(raw)
+    if raw in IMAGE_IDS:
+        return IMAGE_IDS[raw]
+    raise DaemonAbort(400, missing)
+
+
+def set_permissions(sandbox: Sandbox, path: str, mode: str | None, owner: str | None, group: str | None) -> None:
+    """``POST /files/permissions`` (``SetFilePermissions``): the path looked up (404, 403, 400); ``mode`` parsed
+    as a folder's is and applied as Go's ``os.Chmod`` applies an ``os.FileMode`` (its nine permission bits, and
+    set-user-ID, set-group-ID and sticky only from Go's own bits: ``4755`` is 0755); then ``owner`` and ``group``.
+    The daemon runs as the sandbox's user (1000, as the file API shows every file), so a change to another owner or
+    group is its chown's EPERM, a 400; to its own, nothing changes."""
+    required(path)
+    target = target_of(sandbox, path, "stat")
+    _stat_or_abort(target, path)
+    if mode:
+        value = folder_mode(mode)
+        bits = value & 0o777
+        for go_bit, bit in _GO_SPECIAL_BITS:
+            bits |= bit if value & go_bit else 0
+        try:
+            os.chmod(target, bits)
+        except OSError as error:
+            raise DaemonAbort(400, f"failed to change mode: chmod {path}: {go_errno_text(error)}") from None
+    if owner or group:
+        uid = _go_id(owner, "user not found") if owner else -1
+        gid = _go_id(group, "group not found") if group else -1
+        if uid not in (-1, 1000) or gid not in (-1, 1000):
+            raise DaemonAbort(400, f"failed to change ownership: chown {path}: operation not permitted")

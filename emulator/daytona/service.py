@@ -101,6 +101,11 @@ TOOLBOX_ROUTES: tuple[tuple[str, str, str], ...] = (
     ("DELETE", "/files/", "daytona.toolbox.files.delete"),
     ("GET", "/files/info", "daytona.toolbox.files.info"),
     ("POST", "/files/folder", "daytona.toolbox.files.folder"),
+    ("GET", "/files/find", "daytona.toolbox.files.find"),
+    ("GET", "/files/search", "daytona.toolbox.files.search"),
+    ("POST", "/files/replace", "daytona.toolbox.files.replace"),
+    ("POST", "/files/move", "daytona.toolbox.files.move"),
+    ("POST", "/files/permissions", "daytona.toolbox.files.permissions"),
     ("GET", "/user-home-dir", "daytona.toolbox.info"),
     ("GET", "/work-dir", "daytona.toolbox.info"),
     ("GET", "/version", "daytona.toolbox.info"),
@@ -509,6 +514,32 @@ class DaytonaService:
         params = request.query_params
         file_routes.create_folder(sandbox, params.get("path", ""), params.get("mode"))
         return Response(status_code=201)
+
+    async def _tb_toolbox_files_find(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        params = request.query_params
+        return file_routes.gin_json(
+            file_routes.find_in_files(sandbox, params.get("path", ""), params.get("pattern", ""))
+        )
+
+    async def _tb_toolbox_files_search(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        params = request.query_params
+        return file_routes.gin_json(
+            file_routes.search_files(sandbox, params.get("path", ""), params.get("pattern", ""))
+        )
+
+    async def _tb_toolbox_files_replace(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        return file_routes.gin_json(file_routes.replace_in_files(sandbox, body))
+
+    async def _tb_toolbox_files_move(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        params = request.query_params
+        file_routes.move(sandbox, params.get("source", ""), params.get("destination", ""))
+        return Response(status_code=200)
+
+    async def _tb_toolbox_files_permissions(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        params = request.query_params
+        path, mode, owner, group = (params.get(name) for name in ("path", "mode", "owner", "group"))
+        file_routes.set_permissions(sandbox, path or "", mode, owner, group)
+        return Response(status_code=200)
 
     async def _tb_info_dispatch(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         tail = request.url.path.rsplit("/", 1)[-1]

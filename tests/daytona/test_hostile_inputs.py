@@ -243,6 +243,21 @@ def test_delete_lives_at_files_slash_and_files_redirects_there(
     ]
 
 
+@pytest.mark.parametrize("path", ["/home/daytona", "/"])
+def test_a_recursive_delete_of_the_home_empties_it_and_keeps_it(client: httpx.Client, path: str) -> None:
+    """``os.RemoveAll`` of the home (or ``/``) removes what is inside, then fails at the last rmdir (the daemon's
+    user may not change the parent): 400. The home stays, so the sandbox still runs (it was removed here)."""
+    tb = f"/toolbox/{_sandbox(client)}"
+    assert client.post(tb + "/process/execute", json={"command": "mkdir d && touch d/f e"}).json()["exitCode"] == 0
+    assert client.post(tb + "/files/folder", params={"path": "/tmp/t"}).status_code == 201
+    refused = client.delete(tb + "/files/", params={"path": path, "recursive": "true"})
+    assert (refused.status_code, refused.content) == (400, b"")
+    home = [entry["name"] for entry in client.get(tb + "/files/", params={"path": "."}).json()]
+    tmp = client.get(tb + "/files/", params={"path": "/tmp"}).status_code
+    assert (home, tmp) == ((["d", "e"], 404) if path == "/" else ([], 200))
+    assert client.post(tb + "/process/execute", json={"command": "touch again"}).json()["exitCode"] == 0
+
+
 @pytest.mark.parametrize("path", [".", "d/.", "./."])
 def test_a_recursive_delete_of_a_path_ending_in_dot_removes_nothing(client: httpx.Client, path: str) -> None:
     """Go's ``os.RemoveAll`` refuses a path that ends in ``.`` (EINVAL, as rmdir(2) refuses ``.``): the daemon
