@@ -1,7 +1,8 @@
 """Sandbox paths and the file API's wire formats (multipart bulk upload/download, FileInfo).
 
 Relative paths resolve against the sandbox's home; ``/home/<user>/...`` and the home's real path also land in the
-home; any other absolute path lands under the sandbox's private ``fs/`` tree. Nothing resolves outside the sandbox.
+home; any other absolute path lands under the sandbox's private ``fs/`` tree (``/root`` too: root's home, not the
+user's). Nothing resolves outside the sandbox. ``~`` is a name like any other, as the daemon's Go takes it.
 """
 
 from __future__ import annotations
@@ -38,8 +39,6 @@ def resolve(sandbox: Sandbox, path: str) -> str:
         target = path
     elif path == user_home or path.startswith(user_home + "/"):
         target = home + path[len(user_home) :]
-    elif path in ("/root", "~") or path.startswith("~/"):
-        target = os.path.join(home, path[2:]) if path.startswith("~/") else home
     else:
         target = sandbox.fs_root + os.path.normpath(path)
     # Resolved as the kernel would: each symbolic link followed where it stands, and a ".." after it taken from where

@@ -258,6 +258,22 @@ def test_a_recursive_delete_of_the_home_empties_it_and_keeps_it(client: httpx.Cl
     assert client.post(tb + "/process/execute", json={"command": "touch again"}).json()["exitCode"] == 0
 
 
+def test_a_tilde_is_a_name_and_root_is_not_the_users_home(client: httpx.Client) -> None:
+    """The daemon's Go never expands ``~`` (``~/a.txt`` is a file in a directory named ``~``), and ``/root`` is
+    root's home, not the sandbox user's."""
+    tb = f"/toolbox/{_sandbox(client)}"
+    assert client.post(tb + "/process/execute", json={"command": "touch a.txt"}).json()["exitCode"] == 0
+    assert client.get(tb + "/files/info", params={"path": "~/a.txt"}).status_code == 404
+    assert client.get(tb + "/files/info", params={"path": "/root/a.txt"}).status_code == 404
+    assert client.get(tb + "/files/info", params={"path": "/root"}).status_code == 404
+    uploaded = client.post(
+        tb + "/files/bulk-upload", files={"files[0].path": (None, "~/b.txt"), "files[0].file": ("b", b"x")}
+    )
+    assert uploaded.status_code == 200, uploaded.text
+    listed = client.post(tb + "/process/execute", json={"command": "ls -d '~'/b.txt"})
+    assert listed.json() == {"exitCode": 0, "result": "~/b.txt\n"}
+
+
 @pytest.mark.parametrize("path", [".", "d/.", "./."])
 def test_a_recursive_delete_of_a_path_ending_in_dot_removes_nothing(client: httpx.Client, path: str) -> None:
     """Go's ``os.RemoveAll`` refuses a path that ends in ``.`` (EINVAL, as rmdir(2) refuses ``.``): the daemon
