@@ -69,19 +69,13 @@ def stat_abort(error: OSError, op: str, path: str) -> DaemonAbort:
     return DaemonAbort(status, f"{op} {path}: {go_errno_text(error)}")
 
 
-def _name_key(name: str) -> bytes:
-    """Go's ``os.ReadDir`` sorts by the names' bytes (a byte that is no UTF-8 sorts by its value, not as the
-    surrogate Python decodes it to)."""
-    return os.fsencode(name)
-
-
 def list_files(sandbox: Sandbox, path: str) -> list[dict[str, Any]]:
     """``GET /files`` (``ListFiles``): the entries of ``path`` (the working directory, the home, without one), each
     as ``getFileInfo`` makes it, in name order; an entry it cannot stat (a link that leads nowhere) left out."""
     shown = path or "."
     target = sandbox.home if not path else target_of(sandbox, path, "open")
     try:
-        names = sorted(os.listdir(target), key=_name_key)
+        names = sorted(os.listdir(target), key=os.fsencode)  # Go sorts the bytes (not Python's surrogates)
     except OSError as error:
         raise stat_abort(error, "open", shown) from None
     entries = []
@@ -109,9 +103,10 @@ def _ends_with_dot(path: str) -> bool:
 
 def _is_sandbox_root(sandbox: Sandbox, host: str) -> bool:
     """Whether ``host`` is the home or the private tree's root (``/``), which the daemon's user cannot remove or
-    rename: their parents are not its to change."""
-    real = os.path.realpath(host)
-    return real in (os.path.realpath(sandbox.home), os.path.realpath(sandbox.fs_root))
+    rename: their parents are not its to change. A link to either is a link (removed or renamed itself)."""
+    if os.path.islink(host):
+        return False
+    return os.path.realpath(host) in (os.path.realpath(sandbox.home), os.path.realpath(sandbox.fs_root))
 
 
 def _empty(directory: str) -> None:
@@ -214,7 +209,8 @@ def download_one(sandbox: Sandbox, path: str) -> Response:
         data = read_file(target)
     except OSError as error:
         return _serve_error(error, headers)
-    headers["Last-Modified"] = email.utils.formatdate(found.st_mtime, usegmt=True)
+    if found.st_mtime:  # ServeFile leaves it out for the Unix epoch
+        headers["Last-Modified"] = email.utils.formatdate(found.st_mtime, usegmt=True)
     return Response(data, headers=headers, media_type=None)
 
 
@@ -287,7 +283,8 @@ def bulk_upload(sandbox: Sandbox, body: bytes, content_type: str | None) -> Resp
             elif problem := _upload_file(sandbox, destinations[index], part):
                 errors.append(problem)
             else:
-                files = (files or []) + [{"path": go_text(destinations[index]), "bytes": len(part.data)}]
+                files = files if files is not None else []
+                files.append({"path": go_text(destinations[index]), "bytes": len(part.data)})
     if failure is not None:
         errors.append(f"reading part: {failure}")
     if errors:
@@ -318,10 +315,7 @@ def download_paths(body: bytes) -> list[str] | None:
         return []
     if not isinstance(value, dict):
         return None
-    paths: Any = None
-    for key, item in value.items():
-        if key.lower() == "paths":
-            paths = item
+    paths = _field(value, "paths")
     if paths is None:
         return []
     if not isinstance(paths, list) or not all(item is None or isinstance(item, str) for item in paths):
@@ -416,15 +410,16 @@ _MAX_LINE = 64 * 1024
 
 
 def _scanned_lines(content: bytes) -> Iterator[bytes]:
-    """The lines ``bufio.Scanner`` with ``ScanLines`` yields: split at ``\\n``, a ``\\r`` before it dropped, a last
-    line without one kept; a line past the scanner's buffer ends the scan (the handler ignores the error)."""
+    """The lines ``bufio.Scanner`` with ``ScanLines`` yields: split at ``\\n``, a ``\\r`` at a line's end dropped
+    (the last line's too, which needs no ``\\n``); a line past the scanner's buffer ends the scan (the handler
+    ignores the error)."""
     start = 0
     while start < len(content):
         end = content.find(b"\n", start)
         stop = len(content) if end < 0 else end
         if stop - start >= _MAX_LINE:
             return
-        yield content[start:stop].removesuffix(b"\r") if end >= 0 else content[start:stop]
+        yield content[start:stop].removesuffix(b"\r")
         start = stop + 1
 
 

@@ -42,14 +42,14 @@ def _ok(response: httpx.Response) -> Any:
 
 
 TREE = (
-    "mkdir -p src/sub && printf 'a TODO\\nb\\r\\nTODO c\\r\\n' > src/x.py && printf TODO > src/sub/y.txt"
+    "mkdir -p src/sub && printf 'a TODO\\nb\\r\\nTODO c\\r' > src/x.py && printf TODO > src/sub/y.txt"
     " && printf 'TO\\0DO TODO' > src/bin && : > src/empty && ln -s x.py src/link.py && ln -s sub src/dirlink"
 )
 
 
 def test_find_walks_as_go_walks_and_reads_lines_as_its_scanner(tb: tuple[httpx.Client, str]) -> None:
     """Depth first in name order; a binary file (a NUL in its first 512 bytes), a link and an empty file passed
-    over; a line's ``\\r`` before its ``\\n`` dropped; line numbers from 1."""
+    over; a line's ``\\r`` at its end dropped (the last line's too, without a ``\\n``); line numbers from 1."""
     client, prefix = tb
     _run(tb, TREE)
     found = _ok(client.get(prefix + "/files/find", params={"path": "src", "pattern": "TODO"}))
@@ -109,7 +109,7 @@ def test_replace_writes_each_file_and_names_what_failed(tb: tuple[httpx.Client, 
         {"file": "src", "success": False, "error": "read src: is a directory"},
         {"file": "", "success": False, "error": "open : no such file or directory"},
     ]
-    assert client.get(prefix + "/files/download", params={"path": "src/x.py"}).content == b"a \nb\r\n c\r\n"
+    assert client.get(prefix + "/files/download", params={"path": "src/x.py"}).content == b"a \nb\r\n c\r"
 
 
 @pytest.mark.parametrize(

@@ -258,6 +258,13 @@ def test_a_recursive_delete_of_the_home_empties_it_and_keeps_it(client: httpx.Cl
     assert client.post(tb + "/process/execute", json={"command": "touch again"}).json()["exitCode"] == 0
 
 
+def test_a_link_to_the_home_is_deleted_as_a_link(client: httpx.Client) -> None:
+    tb = f"/toolbox/{_sandbox(client)}"
+    assert client.post(tb + "/process/execute", json={"command": "touch e && ln -s . here"}).json()["exitCode"] == 0
+    assert client.delete(tb + "/files/", params={"path": "here", "recursive": "true"}).status_code == 204
+    assert [entry["name"] for entry in client.get(tb + "/files/", params={"path": "."}).json()] == ["e"]
+
+
 def test_a_tilde_is_a_name_and_root_is_not_the_users_home(client: httpx.Client) -> None:
     """The daemon's Go never expands ``~`` (``~/a.txt`` is a file in a directory named ``~``), and ``/root`` is
     root's home, not the sandbox user's."""
