@@ -24,7 +24,7 @@ from starlette.responses import Response
 from emulator.executor.trees import remove_tree
 from emulator.executor.workdir import write_all
 
-from .errors import ApiError, DaemonAbort
+from .errors import DAEMON_SOURCE, ApiError, DaemonAbort
 from .files import (
     GoPathError,
     attachment_disposition,
@@ -370,8 +370,9 @@ def bulk_download(sandbox: Sandbox, body: bytes) -> Response:
     """``POST /files/bulk-download`` (``DownloadFiles``): a body that is not ``{"paths": [...]}`` with a path is its
     own 400 ``{"error": ...}``; otherwise a multipart answer under its fixed boundary, each path in order a ``file``
     part (typed by ``mime.TypeByExtension``, with its ``Content-Length``) or an ``error`` part holding the daemon's
-    ``ErrorResponse`` (``statusCode``, ``message``, ``code``, ``timestamp``, ``path``, ``method``: no ``source``),
-    each named for the path in ``filename`` (Latin-1) and ``filename*`` (RFC 5987)."""
+    ``ErrorResponse`` (``statusCode``, ``message``, ``source``, ``code``, ``timestamp``, ``path``, ``method``, in the
+    later daemon's struct's order: its ``source``, which the daemon at 8b6f9b14a did not write, lets the SDK raise
+    ``DaytonaFileNotFoundError``), each named for the path in ``filename`` (Latin-1) and ``filename*`` (RFC 5987)."""
     paths = download_paths(body)
     if not paths:
         return gin_json(_NO_PATHS, 400)
@@ -383,6 +384,7 @@ def bulk_download(sandbox: Sandbox, body: bytes) -> Response:
             error = {
                 "statusCode": refused.status,
                 "message": go_text(refused.message),
+                "source": DAEMON_SOURCE,
                 "code": refused.code,
                 "timestamp": _go_now(),
                 "path": go_text(path),

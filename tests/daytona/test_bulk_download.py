@@ -57,7 +57,7 @@ def test_each_path_is_a_file_or_the_daemons_error(tb: tuple[httpx.Client, str]) 
         (500, "FILE_READ_FAILED", "failed to open file: open f/x: not a directory"),
     ]
     for error, path in zip(errors, paths[1:], strict=True):
-        assert (error["path"], error["method"]) == (path, "POST")
+        assert (error["path"], error["method"], error["source"]) == (path, "POST", "DAYTONA_DAEMON")
         datetime.fromisoformat(error["timestamp"].replace("Z", "+00:00"))
 
 
@@ -79,6 +79,7 @@ def test_the_sdk_reads_the_errors_details(api_url: str, api_key: str) -> None:
         assert got[1].error == "file not found: missing"
         details = got[1].error_details
         assert details is not None and (details.status_code, details.code) == (404, "FILE_NOT_FOUND")
+        assert details.source == "DAYTONA_DAEMON"
     finally:
         sandbox.delete()
 
@@ -94,7 +95,8 @@ def _raw_parts(response: httpx.Response) -> list[bytes]:
 
 
 def test_an_error_part_is_gos_json_of_the_daemons_error_response(tb: tuple[httpx.Client, str]) -> None:
-    """``json.Marshal`` of ``common.ErrorResponse`` at 8b6f9b14a: compact, in the struct's order, no ``source``."""
+    """``json.Marshal`` of the daemon's ``ErrorResponse``: compact, in the struct's order, with the ``source`` of the
+    daemon that pairs with the SDK 0.226 (the struct at 8b6f9b14a had none) after ``message``."""
     client, prefix = tb
     (part,) = _raw_parts(client.post(prefix + "/files/bulk-download", json={"paths": ["<missing>"]}))
     head, payload = part.split(b"\r\n\r\n", 1)
@@ -103,13 +105,12 @@ def test_an_error_part_is_gos_json_of_the_daemons_error_response(tb: tuple[httpx
         b"Content-Type: application/json; charset=utf-8"
     )
     error = json.loads(payload)
-    assert list(error) == ["statusCode", "message", "code", "timestamp", "path", "method"]
+    assert list(error) == ["statusCode", "message", "source", "code", "timestamp", "path", "method"]
     stamp = error.pop("timestamp")
     assert stamp.endswith("Z") and datetime.fromisoformat(stamp.replace("Z", "+00:00"))
     assert payload == (
-        b'{"statusCode":404,"message":"file not found: \\u003cmissing\\u003e","code":"FILE_NOT_FOUND","timestamp":"'
-        + stamp.encode()
-        + b'","path":"\\u003cmissing\\u003e","method":"POST"}'
+        b'{"statusCode":404,"message":"file not found: \\u003cmissing\\u003e","source":"DAYTONA_DAEMON",'
+        b'"code":"FILE_NOT_FOUND","timestamp":"' + stamp.encode() + b'","path":"\\u003cmissing\\u003e","method":"POST"}'
     )
 
 
@@ -162,18 +163,17 @@ def test_a_nul_in_a_path_is_gos_open_error(tb: tuple[httpx.Client, str]) -> None
     assert error["message"] == "failed to open file: open a\0b: invalid argument"
 
 
-def test_the_sdk_raises_the_status_class_for_a_missing_file(api_url: str, api_key: str) -> None:
-    """The error part carries ``code`` but no ``source`` (8b6f9b14a's ``ErrorResponse`` has none), so the SDK's
-    ``(source, code)`` map does not apply and the status decides: ``DaytonaNotFoundError``."""
-    from daytona.common.errors import DaytonaFileNotFoundError, DaytonaNotFoundError
+def test_the_sdk_raises_its_file_not_found_class_for_a_missing_file(api_url: str, api_key: str) -> None:
+    """The error part carries ``code`` and ``source``, so the SDK's ``(source, code)`` map applies:
+    ``download_file`` (a bulk download of one path) raises ``DaytonaFileNotFoundError``."""
+    from daytona.common.errors import DaytonaFileNotFoundError
 
     daytona = Daytona(DaytonaConfig(api_url=api_url, api_key=api_key))
     sandbox = daytona.create()
     try:
-        with pytest.raises(DaytonaNotFoundError) as missing:
+        with pytest.raises(DaytonaFileNotFoundError) as missing:
             sandbox.fs.download_file("missing")
-        assert not isinstance(missing.value, DaytonaFileNotFoundError)
         assert str(missing.value) == "Failed to download file: file not found: missing"
-        assert (missing.value.code, missing.value.source) == ("FILE_NOT_FOUND", None)
+        assert (missing.value.code, missing.value.source) == ("FILE_NOT_FOUND", "DAYTONA_DAEMON")
     finally:
         sandbox.delete()
