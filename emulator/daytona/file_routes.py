@@ -1,10 +1,12 @@
 """The toolbox's file routes, answered as the daemon's handlers answer them (``apps/daemon/pkg/toolbox/fs`` at
-8b6f9b14a, 2026-06-30).
+8b6f9b14a, 2026-06-30), except where the daemon that pairs with the SDK 0.226 answers otherwise.
 
-Every error those handlers give with ``ctx.AbortWithError`` reaches the client as the status alone, with an empty
-body (:class:`~emulator.daytona.errors.DaemonAbort`): a missing ``path`` or a bad ``mode`` is 400, a path that is
-not there 404 (Go's ``os.IsNotExist``: ENOENT), one the daemon may not read 403 (``os.IsPermission``: EACCES,
-EPERM), any other error of the file system 400. The bulk routes write bodies of their own.
+That later daemon's errors are its envelope (:class:`~emulator.daytona.errors.FileError`, ``source:
+DAYTONA_DAEMON``), where the one at 8b6f9b14a answered the status alone: a missing ``path`` or a bad ``mode`` is 400
+``BAD_REQUEST``, a path that is not there 404 ``FILE_NOT_FOUND`` (Go's ``os.IsNotExist``: ENOENT), one the daemon
+may not read 403 ``FILE_ACCESS_DENIED`` (``os.IsPermission``: EACCES, EPERM), any other error of the file system 400.
+The message is Go's error, naming the path as the client gave it (``stat x: no such file or directory``). The bulk
+routes write bodies of their own.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from starlette.responses import Response
 from emulator.executor.trees import remove_tree
 from emulator.executor.workdir import write_all
 
-from .errors import DAEMON_SOURCE, ApiError, DaemonAbort
+from .errors import DAEMON_SOURCE, ApiError, FileError
 from .files import (
     GoPathError,
     attachment_disposition,
@@ -51,22 +53,29 @@ from .sandboxes import Sandbox
 def required(path: str) -> str:
     """``path``, which the handler requires: an absent or empty one is 400 ``path is required``."""
     if not path:
-        raise DaemonAbort(400, "path is required")
+        raise FileError(400, "path is required")
     return path
 
 
 def target_of(sandbox: Sandbox, path: str, op: str) -> str:
     """The host path of ``path`` (:func:`resolve`), a NUL in it refused as Go's syscalls refuse one: EINVAL, which
-    the handlers answer 400 (``resolve`` would say ``invalid path`` in an envelope)."""
+    the handlers answer 400 (``resolve`` would say ``invalid path``)."""
     if "\0" in path:
-        raise DaemonAbort(400, f"{op} {path}: invalid argument")
+        raise FileError(400, f"{op} {path}: invalid argument")
     return resolve(sandbox, path)
 
 
-def stat_abort(error: OSError, op: str, path: str) -> DaemonAbort:
-    """The handlers' answer to a failed ``os.Stat`` or ``os.ReadDir``: 404, 403 or 400 as Go classifies it."""
+def fs_error(error: OSError, message: str) -> FileError:
+    """The later daemon's classification of a file system error: 404 ``FILE_NOT_FOUND`` (``os.IsNotExist``), 403
+    ``FILE_ACCESS_DENIED`` (``os.IsPermission``: EACCES, EPERM), else 400 ``BAD_REQUEST``."""
     status = 404 if isinstance(error, FileNotFoundError) else 403 if isinstance(error, PermissionError) else 400
-    return DaemonAbort(status, f"{op} {path}: {go_errno_text(error)}")
+    return FileError(status, message)
+
+
+def stat_error(error: OSError, op: str, path: str) -> FileError:
+    """The handlers' answer to a failed ``os.Stat`` or ``os.ReadDir``: Go's ``*PathError`` (``stat x: ...``),
+    classified by :func:`fs_error`."""
+    return fs_error(error, f"{op} {path}: {go_errno_text(error)}")
 
 
 def list_files(sandbox: Sandbox, path: str) -> list[dict[str, Any]]:
@@ -77,7 +86,7 @@ def list_files(sandbox: Sandbox, path: str) -> list[dict[str, Any]]:
     try:
         names = sorted(os.listdir(target), key=os.fsencode)  # Go sorts the bytes (not Python's surrogates)
     except OSError as error:
-        raise stat_abort(error, "open", shown) from None
+        raise stat_error(error, "open", shown) from None
     entries = []
     for name in names:
         try:
@@ -93,7 +102,7 @@ def info(sandbox: Sandbox, path: str) -> dict[str, Any]:
     try:
         return file_info(target, path)
     except OSError as error:
-        raise stat_abort(error, "stat", path) from None
+        raise stat_error(error, "stat", path) from None
 
 
 def _ends_with_dot(path: str) -> bool:
@@ -127,22 +136,22 @@ def delete(sandbox: Sandbox, path: str, recursive: bool) -> None:
     try:
         found = os.stat(target)
     except OSError as error:
-        raise stat_abort(error, "stat", path) from None
+        raise stat_error(error, "stat", path) from None
     if stat.S_ISDIR(found.st_mode) and not recursive:
-        raise DaemonAbort(400, "cannot delete directory without recursive flag")
+        raise FileError(400, "cannot delete directory without recursive flag")
     if recursive and _ends_with_dot(path):
-        raise DaemonAbort(400, f"RemoveAll {path}: invalid argument")
+        raise FileError(400, f"RemoveAll {path}: invalid argument")
     if recursive and _is_sandbox_root(sandbox, target):
         _empty(target)
-        raise DaemonAbort(400, f"unlinkat {path}: permission denied")
+        raise FileError(400, f"unlinkat {path}: permission denied")
     try:
         if recursive and os.path.isdir(target) and not os.path.islink(target):
             if not remove_tree(target):
-                raise DaemonAbort(400, f"unlinkat {path}: directory not empty")
+                raise FileError(400, f"unlinkat {path}: directory not empty")
         else:
             os.unlink(target)
     except OSError as error:
-        raise DaemonAbort(400, f"remove {path}: {go_errno_text(error)}") from None
+        raise FileError(400, f"remove {path}: {go_errno_text(error)}") from None
 
 
 def folder_mode(raw: str | None) -> int:
@@ -152,7 +161,7 @@ def folder_mode(raw: str | None) -> int:
     if not raw:
         return 0o755
     if not raw.isascii() or not raw.isdigit() or "8" in raw or "9" in raw or int(raw, 8) >= 1 << 32:
-        raise DaemonAbort(400, "invalid mode format")
+        raise FileError(400, "invalid mode format")
     return int(raw, 8)
 
 
@@ -164,7 +173,7 @@ def create_folder(sandbox: Sandbox, path: str, mode: str | None) -> None:
     try:
         mkdir_all(sandbox, path, perm)
     except GoPathError as error:
-        raise DaemonAbort(400, str(error)) from None
+        raise FileError(400, str(error)) from None
 
 
 def _download_headers(name: str) -> dict[str, str]:
@@ -201,9 +210,9 @@ def download_one(sandbox: Sandbox, path: str) -> Response:
     try:
         found = os.stat(target)
     except OSError as error:
-        raise stat_abort(error, "stat", path) from None
+        raise stat_error(error, "stat", path) from None
     if stat.S_ISDIR(found.st_mode):
-        raise DaemonAbort(400, "path must be a file")
+        raise FileError(400, "path must be a file")
     headers = _download_headers(go_clean(path).rsplit("/", 1)[-1] or "/")
     try:
         data = read_file(target)
@@ -404,7 +413,7 @@ def bulk_download(sandbox: Sandbox, body: bytes) -> Response:
 def _pair(first: str, second: str, message: str) -> None:
     """The two query parameters a handler requires: either missing or empty is 400 with ``message``."""
     if not first or not second:
-        raise DaemonAbort(400, message)
+        raise FileError(400, message)
 
 
 #: ``bufio.Scanner``'s ``MaxScanTokenSize``: a line this long stops the scan of its file (``ErrTooLong``, unread).
@@ -465,14 +474,19 @@ def search_files(sandbox: Sandbox, path: str, pattern: str) -> dict[str, list[st
     return {"files": found_paths}
 
 
+#: The code of a body that does not bind (``INVALID_REQUEST_BODY``, as the SDK 0.226's ``DaemonErrorCode`` names it).
+BAD_BODY = "INVALID_REQUEST_BODY"
+
+
 def _bound_body(body: bytes) -> Any:
     """The first JSON value of a body, as gin's JSON binding decodes it (what follows is never read; a byte that is
-    no UTF-8 or a lone surrogate escape is U+FFFD); a body that does not decode is the handler's 400."""
+    no UTF-8 or a lone surrogate escape is U+FFFD); a body that does not decode is the handler's 400
+    ``INVALID_REQUEST_BODY`` (the later daemon's ``NewInvalidBodyRequestError``)."""
     text = body.decode("utf-8", "surrogateescape").lstrip(" \t\r\n")
     try:
         value, _ = json.JSONDecoder(parse_constant=_no_constant).raw_decode(text)
     except ValueError:
-        raise DaemonAbort(400, "invalid request body") from None
+        raise FileError(400, "invalid request body", BAD_BODY) from None
     return as_go_decodes(value)
 
 
@@ -487,12 +501,13 @@ def _field(body: dict[str, Any], name: str) -> Any:
 
 def replace_request(body: bytes) -> tuple[list[str], str, str]:
     """``ReplaceRequest`` bound and validated: ``files`` a list of strings (a null one empty) that is there,
-    ``pattern`` a string that is not empty, ``newValue`` a string that is there (empty is fine); else 400."""
+    ``pattern`` a string that is not empty, ``newValue`` a string that is there (empty is fine); else 400
+    ``INVALID_REQUEST_BODY``."""
     value = _bound_body(body)
     if value is None:
         value = {}
     if not isinstance(value, dict):
-        raise DaemonAbort(400, "invalid request body: json: cannot unmarshal into ReplaceRequest")
+        raise FileError(400, "invalid request body: json: cannot unmarshal into ReplaceRequest", BAD_BODY)
     files, pattern, new_value = _field(value, "files"), _field(value, "pattern"), _field(value, "newValue")
     types_ok = (
         (files is None or (isinstance(files, list) and all(f is None or isinstance(f, str) for f in files)))
@@ -500,9 +515,10 @@ def replace_request(body: bytes) -> tuple[list[str], str, str]:
         and (new_value is None or isinstance(new_value, str))
     )
     if not types_ok:
-        raise DaemonAbort(400, "invalid request body: json: cannot unmarshal into ReplaceRequest")
+        raise FileError(400, "invalid request body: json: cannot unmarshal into ReplaceRequest", BAD_BODY)
     if files is None or not pattern or new_value is None:  # validate:"required" on each
-        raise DaemonAbort(400, "invalid request body: Key: 'ReplaceRequest' Error: failed on the 'required' tag")
+        message = "invalid request body: Key: 'ReplaceRequest' Error: failed on the 'required' tag"
+        raise FileError(400, message, BAD_BODY)
     return [f or "" for f in files], pattern, new_value
 
 
@@ -550,11 +566,11 @@ def replace_in_files(sandbox: Sandbox, body: bytes) -> list[dict[str, Any]]:
     return results
 
 
-def _stat_or_abort(host: str, shown: str) -> os.stat_result:
+def _stat_or_refuse(host: str, shown: str) -> os.stat_result:
     try:
         return os.stat(host)
     except OSError as error:
-        raise stat_abort(error, "stat", shown) from None
+        raise stat_error(error, "stat", shown) from None
 
 
 def move(sandbox: Sandbox, source: str, destination: str) -> None:
@@ -564,31 +580,33 @@ def move(sandbox: Sandbox, source: str, destination: str) -> None:
     _pair(source, destination, "source and destination paths are required")
     source_host = target_of(sandbox, source, "stat")
     destination_host = target_of(sandbox, destination, "stat")
-    _stat_or_abort(source_host, source)
+    _stat_or_refuse(source_host, source)
     if _is_sandbox_root(sandbox, source_host):  # the daemon's user may not rename its home (nor /)
-        raise DaemonAbort(400, f"failed to move file: rename {source} {destination}: permission denied")
-    _stat_or_abort(os.path.dirname(destination_host), go_dir(destination))
+        raise FileError(400, f"failed to move file: rename {source} {destination}: permission denied")
+    _stat_or_refuse(os.path.dirname(destination_host), go_dir(destination))
     if os.path.exists(destination_host):
-        raise DaemonAbort(409, "destination already exists")
+        raise FileError(409, "destination already exists")
     try:
         os.rename(source_host, destination_host)
     except OSError as error:
         if error.errno != errno.EXDEV:
             message = f"failed to move file: rename {source} {destination}: {go_errno_text(error)}"
-            raise DaemonAbort(400, message) from None
-        _copy_then_remove(source_host, destination_host)
+            raise FileError(400, message) from None
+        _copy_then_remove(source_host, destination_host, source)
 
 
-def _copy_then_remove(source: str, destination: str) -> None:
+def _copy_then_remove(source: str, destination: str, shown: str) -> None:
     """The daemon's fallback for a rename across file systems: a copy (each link's target, as its ``os.Open``
-    reads it) and ``os.RemoveAll`` of the source."""
+    reads it) and ``os.RemoveAll`` of the source. A failed copy is 400, its message naming the client's source
+    (``shutil`` names the emulator's own paths, which the client must not see)."""
     try:
         if os.path.isdir(source) and not os.path.islink(source):
             shutil.copytree(source, destination, symlinks=False)
         else:
             shutil.copy2(source, destination)
-    except (OSError, shutil.Error) as error:
-        raise DaemonAbort(400, f"failed to move file: {error}") from None
+    except OSError as error:  # shutil.Error too, which has no errno
+        reason = os.strerror(error.errno).lower() if error.errno else "copy failed"
+        raise FileError(400, f"failed to move file: copy {shown}: {reason}") from None
     if os.path.isdir(source) and not os.path.islink(source):
         remove_tree(source)
     else:
@@ -609,7 +627,7 @@ def _go_id(raw: str, missing: str) -> int:
         return int(raw)
     if raw in IMAGE_IDS:
         return IMAGE_IDS[raw]
-    raise DaemonAbort(400, missing)
+    raise FileError(400, missing)
 
 
 def set_permissions(sandbox: Sandbox, path: str, mode: str | None, owner: str | None, group: str | None) -> None:
@@ -617,10 +635,12 @@ def set_permissions(sandbox: Sandbox, path: str, mode: str | None, owner: str | 
     as a folder's is and applied as Go's ``os.Chmod`` applies an ``os.FileMode`` (its nine permission bits, and
     set-user-ID, set-group-ID and sticky only from Go's own bits: ``4755`` is 0755); then ``owner`` and ``group``.
     The daemon runs as the sandbox's user (1000, as the file API shows every file), so a change to another owner or
-    group is its chown's EPERM, a 400; to its own, nothing changes."""
+    group is its chown's EPERM; to its own, nothing changes. A failed chmod or chown is classified as the later
+    daemon's ``classifyChmodChownError`` does (EPERM, EACCES: 403 ``FILE_ACCESS_DENIED``; ENOENT 404; else 400),
+    where the daemon at 8b6f9b14a answered 400 for each."""
     required(path)
     target = target_of(sandbox, path, "stat")
-    _stat_or_abort(target, path)
+    _stat_or_refuse(target, path)
     if mode:
         value = folder_mode(mode)
         bits = value & 0o777
@@ -629,9 +649,10 @@ def set_permissions(sandbox: Sandbox, path: str, mode: str | None, owner: str | 
         try:
             os.chmod(target, bits)
         except OSError as error:
-            raise DaemonAbort(400, f"failed to change mode: chmod {path}: {go_errno_text(error)}") from None
+            raise fs_error(error, f"failed to change mode for {path}: chmod {path}: {go_errno_text(error)}") from None
     if owner or group:
         uid = _go_id(owner, "user not found") if owner else -1
         gid = _go_id(group, "group not found") if group else -1
         if uid not in (-1, 1000) or gid not in (-1, 1000):
-            raise DaemonAbort(400, f"failed to change ownership: chown {path}: operation not permitted")
+            message = f"failed to change ownership for {path}: chown {path}: operation not permitted"
+            raise FileError(403, message)

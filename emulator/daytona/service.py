@@ -28,14 +28,14 @@ from emulator.journal import retry_after_detail
 
 from . import file_routes, search, session_shell
 from .config import AUTHENTICATED, SANDBOX_CREATE, SANDBOX_LIFECYCLE, DaytonaConfig
-from .errors import ApiError, DaemonAbort, api_error, daemon_error, json_response
+from .errors import ApiError, FileError, api_error, daemon_error, json_response
 from .files import (
     is_dir,
     not_a_dir_reason,
     resolve,
 )
 from .go_fields import string_field
-from .go_json import as_go_decodes
+from .go_json import as_go_decodes, go_text
 from .interpreter import (
     DRIVER,
     Context,
@@ -291,11 +291,12 @@ class DaytonaService:
                 except SandboxGone:  # its processes went with it; the toolbox proxy has no daemon left to ask
                     message = "the sandbox was stopped while the command ran"
                     return daemon_error(502, message, path, request.method, "BAD_GATEWAY"), {}
-                except DaemonAbort as exc:  # the status alone; what the daemon kept to itself goes to the journal
+                except FileError as exc:  # the daemon's envelope; its words go to the journal too
                     entry = current_entry()
                     if entry is not None:
                         entry.detail["daemon_error"] = exc.message
-                    return Response(status_code=exc.status), {}
+                    message = go_text(exc.message)
+                    return daemon_error(exc.status, message, path, request.method, exc.code), {}
                 except ApiError as exc:
                     return daemon_error(exc.status, exc.message, path, request.method, exc.code), {}
                 except FileNotFoundError as exc:

@@ -199,7 +199,7 @@ def test_ephemeral_sandbox_is_deleted_on_stop(api_url: str, api_key: str, server
 
 def test_downloading_a_directory_is_a_clear_400_and_the_connection_survives() -> None:
     """``GET /files/download?path=<a directory>`` used to raise inside the emulator (500 with a traceback, then a reset
-    connection); the daemon answers a client error, the status with an empty body (its ``AbortWithError``)."""
+    connection); the daemon answers a client error in its envelope."""
     import requests
 
     with make_server(_config()) as server:
@@ -211,7 +211,13 @@ def test_downloading_a_directory_is_a_clear_400_and_the_connection_survives() ->
             made = session.post(f"{toolbox}/files/folder", params={"path": "d", "mode": "755"}, headers=headers)
             assert made.status_code == 201
             answer = session.get(f"{toolbox}/files/download", params={"path": "d"}, headers=headers, timeout=10)
-            assert (answer.status_code, answer.content) == (400, b"")
+            assert answer.status_code == 400
+            body = answer.json()
+            assert (body["code"], body["source"], body["message"]) == (
+                "BAD_REQUEST",
+                "DAYTONA_DAEMON",
+                "path must be a file",
+            )
             again = session.get(f"{toolbox}/files/info", params={"path": "d"}, headers=headers, timeout=10)
             assert again.status_code == 200 and again.json()["isDir"] is True  # the connection still answers
         sandbox.delete()

@@ -67,8 +67,13 @@ def test_a_link_shows_what_it_leads_to_and_one_that_leads_nowhere_is_left_out(tb
     listed = client.get(prefix + "/files", params={"path": "d"}).json()
     assert [entry["name"] for entry in listed] == ["link", "target"]
     dangling = client.get(prefix + "/files/info", params={"path": "d/dangling"})
-    assert (dangling.status_code, dangling.content) == (404, b"")  # the daemon's AbortWithError: no body
-    assert (client.get(prefix + "/files/info", params={"path": ""}).status_code, dangling.content) == (400, b"")
+    assert dangling.status_code == 404
+    assert (dangling.json()["code"], dangling.json()["message"]) == (
+        "FILE_NOT_FOUND",
+        "stat d/dangling: no such file or directory",
+    )
+    unnamed = client.get(prefix + "/files/info", params={"path": ""})
+    assert (unnamed.status_code, unnamed.json()["message"]) == (400, "path is required")
 
 
 def test_times_to_the_nanosecond_as_go_writes_them(tb: tuple[httpx.Client, str]) -> None:
@@ -87,25 +92,33 @@ def test_a_listing_is_in_the_order_of_the_names_bytes(tb: tuple[httpx.Client, st
     assert names == ["z", "\ufffd", "\u00e9"]
 
 
-def test_the_sdk_raises_the_status_class_for_an_answer_without_a_body(api_url: str, api_key: str) -> None:
-    """The daemon's file handlers answer an error with the status alone: with no ``code`` and no ``source`` to map,
-    the SDK raises the class of the status (``DaytonaNotFoundError``, not its ``DaytonaFileNotFoundError``), and its
-    message is its prefix alone (the body it would quote is empty)."""
+def test_the_sdk_raises_its_precise_class_for_the_daemons_codes(api_url: str, api_key: str) -> None:
+    """The daemon's envelopes carry ``source: DAYTONA_DAEMON`` and ``code``, so the SDK maps ``FILE_NOT_FOUND`` to
+    ``DaytonaFileNotFoundError`` (a subclass of ``DaytonaNotFoundError``) for each route of a missing file, the
+    single-path routes and the bulk download under ``download_file`` alike; ``BAD_REQUEST`` is the status class."""
     from daytona import Daytona, DaytonaConfig
-    from daytona.common.errors import DaytonaBadRequestError, DaytonaFileNotFoundError, DaytonaNotFoundError
+    from daytona.common.errors import DaytonaBadRequestError, DaytonaFileNotFoundError
 
     daytona = Daytona(DaytonaConfig(api_url=api_url, api_key=api_key))
     sandbox = daytona.create()
     try:
-        with pytest.raises(DaytonaNotFoundError) as missing:
+        with pytest.raises(DaytonaFileNotFoundError) as missing:
             sandbox.fs.get_file_info("no-such-file")
-        assert not isinstance(missing.value, DaytonaFileNotFoundError)
-        assert missing.value.status_code == 404 and missing.value.code is None
-        assert missing.value.message == "Failed to get file info: "
-        with pytest.raises(DaytonaNotFoundError):
+        assert (missing.value.status_code, missing.value.code, missing.value.source) == (
+            404,
+            "FILE_NOT_FOUND",
+            "DAYTONA_DAEMON",
+        )
+        assert missing.value.message == "Failed to get file info: stat no-such-file: no such file or directory"
+        with pytest.raises(DaytonaFileNotFoundError):
             sandbox.fs.delete_file("no-such-file")
-        with pytest.raises(DaytonaBadRequestError):
+        with pytest.raises(DaytonaFileNotFoundError):
+            sandbox.fs.download_file("no-such-file")
+        with pytest.raises(DaytonaFileNotFoundError):
+            sandbox.fs.list_files("no-such-dir")
+        with pytest.raises(DaytonaBadRequestError) as refused:
             sandbox.fs.create_folder("d", "rwx")
+        assert refused.value.message == "Failed to create folder: invalid mode format"
     finally:
         daytona.delete(sandbox)
 

@@ -1,8 +1,9 @@
 """The file routes the SDK (0.226) calls beyond upload, download, listing, info, folder and delete, answered as the
 daemon's handlers at 8b6f9b14a answer them (``fs/find_in_files.go``, ``search_files.go``, ``replace_in_files.go``,
-``move_file.go``, ``set_file_permissions.go``): each error the status with an empty body, as every other file
-handler's; ``find`` and ``search`` walk as Go's ``filepath.Walk`` walks (links not followed, names in byte order,
-any error passed over) and ``search`` matches as ``filepath.Match`` does."""
+``move_file.go``, ``set_file_permissions.go``), each error in the envelope of the daemon that pairs with the SDK
+0.226, as every other file handler's (``BAD_REQUEST``, ``FILE_NOT_FOUND``, ``FILE_ACCESS_DENIED``, ``CONFLICT``,
+``INVALID_REQUEST_BODY``); ``find`` and ``search`` walk as Go's ``filepath.Walk`` walks (links not followed, names
+in byte order, any error passed over) and ``search`` matches as ``filepath.Match`` does."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ from typing import Any
 import httpx
 import pytest
 from daytona import Daytona, DaytonaConfig
-from daytona.common.errors import DaytonaBadRequestError, DaytonaConflictError, DaytonaNotFoundError
+from daytona.common.errors import (
+    DaytonaBadRequestError,
+    DaytonaConflictError,
+    DaytonaFileAccessDeniedError,
+    DaytonaFileNotFoundError,
+)
 
 from emulator.server import EmulatorServer
 
@@ -31,8 +37,12 @@ def _run(tb: tuple[httpx.Client, str], command: str) -> None:
     assert answer.json()["exitCode"] == 0, answer.text
 
 
-def _bare(response: httpx.Response, status: int) -> None:
-    assert (response.status_code, response.content) == (status, b""), response.text
+def _refused(response: httpx.Response, status: int, code: str, message: str) -> None:
+    """The daemon's envelope for a file handler's error, ``source`` and the SDK 0.226's code with it."""
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert (body["statusCode"], body["code"], body["source"]) == (status, code, "DAYTONA_DAEMON")
+    assert (body["message"], body["method"]) == (message, response.request.method)
 
 
 def _ok(response: httpx.Response) -> Any:
@@ -63,7 +73,8 @@ def test_find_walks_as_go_walks_and_reads_lines_as_its_scanner(tb: tuple[httpx.C
     ]
     assert _ok(client.get(prefix + "/files/find", params={"path": "nowhere", "pattern": "TODO"})) == []
     assert _ok(client.get(prefix + "/files/find", params={"path": "src/link.py", "pattern": "TODO"})) == []
-    _bare(client.get(prefix + "/files/find", params={"path": "src"}), 400)  # path and pattern are required
+    refused = client.get(prefix + "/files/find", params={"path": "src"})
+    _refused(refused, 400, "BAD_REQUEST", "path and pattern are required")
 
 
 def test_a_line_past_the_scanners_buffer_ends_its_file(tb: tuple[httpx.Client, str]) -> None:
@@ -96,7 +107,8 @@ def test_search_matches_names_as_go_filepath_match(
 def test_search_of_a_path_that_is_not_there_is_no_files(tb: tuple[httpx.Client, str]) -> None:
     client, prefix = tb
     assert _ok(client.get(prefix + "/files/search", params={"path": "nowhere", "pattern": "*"})) == {"files": []}
-    _bare(client.get(prefix + "/files/search", params={"pattern": "*"}), 400)
+    refused = client.get(prefix + "/files/search", params={"pattern": "*"})
+    _refused(refused, 400, "BAD_REQUEST", "path and pattern are required")
 
 
 def test_replace_writes_each_file_and_names_what_failed(tb: tuple[httpx.Client, str]) -> None:
@@ -112,19 +124,23 @@ def test_replace_writes_each_file_and_names_what_failed(tb: tuple[httpx.Client, 
     assert client.get(prefix + "/files/download", params={"path": "src/x.py"}).content == b"a \nb\r\n c\r"
 
 
+REQUIRED = "invalid request body: Key: 'ReplaceRequest' Error: failed on the 'required' tag"
+UNMARSHAL = "invalid request body: json: cannot unmarshal into ReplaceRequest"
+
+
 @pytest.mark.parametrize(
-    "body",
+    ("body", "message"),
     [
-        {"files": ["a"], "pattern": "x"},  # newValue is required (a pointer: "" is fine, absent is not)
-        {"files": ["a"], "pattern": "", "newValue": "y"},
-        {"pattern": "x", "newValue": "y"},
-        {"files": "a", "pattern": "x", "newValue": "y"},
-        [1],
+        ({"files": ["a"], "pattern": "x"}, REQUIRED),  # newValue is required (a pointer: "" is fine, absent is not)
+        ({"files": ["a"], "pattern": "", "newValue": "y"}, REQUIRED),
+        ({"pattern": "x", "newValue": "y"}, REQUIRED),
+        ({"files": "a", "pattern": "x", "newValue": "y"}, UNMARSHAL),
+        ([1], UNMARSHAL),
     ],
 )
-def test_a_replace_body_that_does_not_bind_is_a_bare_400(tb: tuple[httpx.Client, str], body: Any) -> None:
+def test_a_replace_body_that_does_not_bind_is_a_400(tb: tuple[httpx.Client, str], body: Any, message: str) -> None:
     client, prefix = tb
-    _bare(client.post(prefix + "/files/replace", json=body), 400)
+    _refused(client.post(prefix + "/files/replace", json=body), 400, "INVALID_REQUEST_BODY", message)
 
 
 def test_move_renames_and_refuses_as_the_daemon(tb: tuple[httpx.Client, str]) -> None:
@@ -135,12 +151,26 @@ def test_move_renames_and_refuses_as_the_daemon(tb: tuple[httpx.Client, str]) ->
     moved = client.post(prefix + "/files/move", params={"source": "src/x.py", "destination": "src/z.py"})
     assert (moved.status_code, moved.content, moved.headers.get("content-type")) == (200, b"", None)
     assert client.get(prefix + "/files/info", params={"path": "src/z.py"}).status_code == 200
-    _bare(client.post(prefix + "/files/move", params={"source": "src/z.py"}), 400)
-    _bare(client.post(prefix + "/files/move", params={"source": "nowhere", "destination": "a"}), 404)
-    _bare(client.post(prefix + "/files/move", params={"source": "src/z.py", "destination": "no/where"}), 404)
-    _bare(client.post(prefix + "/files/move", params={"source": "src/z.py", "destination": "src/bin"}), 409)
-    _bare(client.post(prefix + "/files/move", params={"source": ".", "destination": "/tmp/home"}), 400)
-    _bare(client.post(prefix + "/files/move", params={"source": "/home/daytona", "destination": "/tmp/h"}), 400)
+    gone, bad = "no such file or directory", "BAD_REQUEST"
+    for params, status, code, message in (
+        ({"source": "src/z.py"}, 400, bad, "source and destination paths are required"),
+        ({"source": "nowhere", "destination": "a"}, 404, "FILE_NOT_FOUND", f"stat nowhere: {gone}"),
+        ({"source": "src/z.py", "destination": "no/where"}, 404, "FILE_NOT_FOUND", f"stat no: {gone}"),
+        ({"source": "src/z.py", "destination": "src/bin"}, 409, "CONFLICT", "destination already exists"),
+        (
+            {"source": ".", "destination": "/tmp/home"},
+            400,
+            bad,
+            "failed to move file: rename . /tmp/home: permission denied",
+        ),
+        (
+            {"source": "/home/daytona", "destination": "/tmp/h"},
+            400,
+            bad,
+            "failed to move file: rename /home/daytona /tmp/h: permission denied",
+        ),
+    ):
+        _refused(client.post(prefix + "/files/move", params=params), status, code, message)
     assert client.post(prefix + "/process/execute", json={"command": "ls src"}).json()["exitCode"] == 0
 
 
@@ -163,21 +193,22 @@ def test_permissions_apply_a_go_file_mode(tb: tuple[httpx.Client, str], mode: st
 
 def test_permissions_refuse_as_the_daemon(tb: tuple[httpx.Client, str]) -> None:
     """The daemon runs as the sandbox's user: a chown to its own user or group changes nothing, one to root is its
-    EPERM; a name the image does not know, a mode that is no octal number, a path that is not there, each a bare
-    status."""
+    EPERM, which the later daemon classifies as ``FILE_ACCESS_DENIED`` (403); a name the image does not know or a
+    mode that is no octal number is 400, a path that is not there 404."""
     client, prefix = tb
     _run(tb, "touch f")
     ok = client.post(prefix + "/files/permissions", params={"path": "f", "owner": "daytona", "group": "1000"})
     assert ok.status_code == 200
-    for params, status in (
-        ({"path": "f", "owner": "root"}, 400),
-        ({"path": "f", "group": "0"}, 400),
-        ({"path": "f", "owner": "nobody-here"}, 400),
-        ({"path": "f", "mode": "rwx"}, 400),
-        ({"path": "nowhere", "mode": "644"}, 404),
-        ({"mode": "644"}, 400),
+    denied, bad = "failed to change ownership for f: chown f: operation not permitted", "BAD_REQUEST"
+    for params, status, code, message in (
+        ({"path": "f", "owner": "root"}, 403, "FILE_ACCESS_DENIED", denied),
+        ({"path": "f", "group": "0"}, 403, "FILE_ACCESS_DENIED", denied),
+        ({"path": "f", "owner": "nobody-here"}, 400, bad, "user not found"),
+        ({"path": "f", "mode": "rwx"}, 400, bad, "invalid mode format"),
+        ({"path": "nowhere", "mode": "644"}, 404, "FILE_NOT_FOUND", "stat nowhere: no such file or directory"),
+        ({"mode": "644"}, 400, bad, "path is required"),
     ):
-        _bare(client.post(prefix + "/files/permissions", params=params), status)
+        _refused(client.post(prefix + "/files/permissions", params=params), status, code, message)
 
 
 @pytest.fixture
@@ -190,7 +221,7 @@ def sdk_sandbox(api_url: str, api_key: str) -> Iterator[Any]:
 
 def test_the_sdk_reaches_each_route(sdk_sandbox: Any) -> None:
     """Each of these answered 404 ``{"detail": "Not Found"}`` before; the SDK's methods now do what they say, and
-    its errors are the status classes (the daemon's empty bodies carry no code)."""
+    its errors are the classes its ``(source, code)`` map names (``CONFLICT`` has none: the status class)."""
     sandbox = sdk_sandbox
     sandbox.process.exec("mkdir -p src && printf 'a TODO\\n' > src/x.py")
     assert [(m.file, m.line, m.content) for m in sandbox.fs.find_files("src", "TODO")] == [("src/x.py", 1, "a TODO")]
@@ -203,8 +234,12 @@ def test_the_sdk_reaches_each_route(sdk_sandbox: Any) -> None:
     assert sandbox.fs.get_file_info("src/y.py").permissions == "0700"
     with pytest.raises(DaytonaConflictError):
         sandbox.fs.move_files("src/y.py", "src/y.py")
-    with pytest.raises(DaytonaNotFoundError):
+    with pytest.raises(DaytonaFileNotFoundError):
         sandbox.fs.move_files("src/x.py", "src/z.py")
-    with pytest.raises(DaytonaBadRequestError) as refused:
+    with pytest.raises(DaytonaFileAccessDeniedError) as denied:
         sandbox.fs.set_file_permissions("src/y.py", owner="root")
-    assert refused.value.message == "Failed to set file permissions: "
+    chown = "failed to change ownership for src/y.py: chown src/y.py: operation not permitted"
+    assert denied.value.message == "Failed to set file permissions: " + chown
+    with pytest.raises(DaytonaBadRequestError) as refused:
+        sandbox.fs.set_file_permissions("src/y.py", mode="rwx")
+    assert refused.value.message == "Failed to set file permissions: invalid mode format"

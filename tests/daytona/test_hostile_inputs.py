@@ -198,20 +198,21 @@ def test_a_tree_nested_past_path_max_by_a_program_goes_with_its_sandbox(
 
 
 def test_delete_answers_as_the_daemon_does(client: httpx.Client) -> None:
-    """``DELETE /files``: no path is a 400; a missing path a 404; any directory, even an empty one, needs
-    ``recursive=true`` (compared as given, as the daemon does), each refusal the status with an empty body (the
-    daemon's ``AbortWithError``)."""
+    """``DELETE /files``: no path is a 400; a missing path a 404 ``FILE_NOT_FOUND``; any directory, even an empty
+    one, needs ``recursive=true`` (compared as given, as the daemon does), each refusal in the daemon's envelope."""
     sid = _sandbox(client)
     tb = f"/toolbox/{sid}"
     assert client.post(tb + "/files/folder", params={"path": "empty"}).status_code in (200, 201)
     missing = client.delete(tb + "/files/", params={"path": "nothing-here"})
-    assert (missing.status_code, missing.content) == (404, b"")
+    assert (missing.status_code, missing.json()["code"]) == (404, "FILE_NOT_FOUND")
+    assert missing.json()["message"] == "stat nothing-here: no such file or directory"
     refused = client.delete(tb + "/files/", params={"path": ""})
-    assert (refused.status_code, refused.content) == (400, b"")
+    assert (refused.status_code, refused.json()["message"]) == (400, "path is required")
     for flag in (None, "True", "1"):
         params = {"path": "empty"} if flag is None else {"path": "empty", "recursive": flag}
         refused = client.delete(tb + "/files/", params=params)
-        assert (refused.status_code, refused.content) == (400, b"")
+        assert (refused.status_code, refused.json()["code"]) == (400, "BAD_REQUEST")
+        assert refused.json()["message"] == "cannot delete directory without recursive flag"
     assert client.delete(tb + "/files/", params={"path": "empty", "recursive": "true"}).status_code == 204
     assert client.get(tb + "/files/info", params={"path": "empty"}).status_code == 404
 
@@ -251,7 +252,7 @@ def test_a_recursive_delete_of_the_home_empties_it_and_keeps_it(client: httpx.Cl
     assert client.post(tb + "/process/execute", json={"command": "mkdir d && touch d/f e"}).json()["exitCode"] == 0
     assert client.post(tb + "/files/folder", params={"path": "/tmp/t"}).status_code == 201
     refused = client.delete(tb + "/files/", params={"path": path, "recursive": "true"})
-    assert (refused.status_code, refused.content) == (400, b"")
+    assert (refused.status_code, refused.json()["message"]) == (400, f"unlinkat {path}: permission denied")
     home = [entry["name"] for entry in client.get(tb + "/files/", params={"path": "."}).json()]
     tmp = client.get(tb + "/files/", params={"path": "/tmp"}).status_code
     assert (home, tmp) == ((["d", "e"], 404) if path == "/" else ([], 200))
@@ -288,7 +289,7 @@ def test_a_recursive_delete_of_a_path_ending_in_dot_removes_nothing(client: http
     tb = f"/toolbox/{_sandbox(client)}"
     assert client.post(tb + "/process/execute", json={"command": "mkdir d && touch d/f"}).json()["exitCode"] == 0
     refused = client.delete(tb + "/files/", params={"path": path, "recursive": "true"})
-    assert (refused.status_code, refused.content) == (400, b"")
+    assert (refused.status_code, refused.json()["message"]) == (400, f"RemoveAll {path}: invalid argument")
     assert client.get(tb + "/files/info", params={"path": "d/f"}).status_code == 200
 
 
@@ -362,13 +363,17 @@ def test_a_command_ends_with_its_sandbox(client: httpx.Client, server: EmulatorS
 
 
 def test_an_error_names_the_path_as_the_client_gave_it(client: httpx.Client, server: EmulatorServer) -> None:
-    """A path outside the home lives in the sandbox's private tree; an error about it names the client's path (as
-    the daemon echoes it), not the emulator's directory. (A single download's error has no body at all.)"""
+    """A path outside the home lives in the sandbox's private tree, a relative one in the home; an error about either
+    names the client's path (as the daemon echoes it), never the emulator's directories."""
     sid = _sandbox(client)
     missing = client.post(f"/toolbox/{sid}/files/bulk-download", json={"paths": ["/tmp/nothing/here.txt"]})
     assert missing.status_code == 200, missing.text
     assert "file not found: /tmp/nothing/here.txt" in missing.text
     fs_root = server.emulator.daytona.store.get(sid).fs_root
     assert fs_root not in missing.text
-    single = client.get(f"/toolbox/{sid}/files/download", params={"path": "/tmp/nothing/here.txt"})
-    assert (single.status_code, single.content) == (404, b"")
+    home = server.emulator.daytona.store.get(sid).home
+    for route, path in (("/files/download", "/tmp/nothing/here.txt"), ("/files/info", "nothing/here.txt")):
+        single = client.get(f"/toolbox/{sid}{route}", params={"path": path})
+        assert single.status_code == 404, single.text
+        assert single.json()["message"] == f"stat {path}: no such file or directory"
+        assert fs_root not in single.text and home not in single.text

@@ -1,7 +1,7 @@
 """The interpreter context answers as the daemon's Python worker does (its source, ``repl_worker.py``): tracebacks
 keep only the code's own frames, as ``File "<stdin>", line N``; ``sys.exit()`` is a normal end; the code sees the
-worker's ``sys.argv`` and ``sys.path[0]``, never the emulator's. verl's Daytona tool puts ``name: value`` and the
-traceback in the model's observation."""
+worker's ``sys.argv`` and ``sys.path[0]``, never the emulator's. And the daemon's errors carry ``source``, so the SDK
+raises its precise class. verl's Daytona tool puts ``name: value`` and the traceback in the model's observation."""
 
 from __future__ import annotations
 
@@ -81,3 +81,18 @@ def test_the_code_sees_the_workers_argv_and_path(server: EmulatorServer, api_key
     frames, _ = _run(server, api_key, sandbox, code)
     assert {"type": "stdout", "text": "['/tmp/daytona_repl_worker.py'] /tmp\n"} in frames, frames
     assert _error(frames)["name"] == "ModuleNotFoundError"
+
+
+def test_the_daemons_errors_name_their_source(api_url: str, api_key: str) -> None:
+    """With ``source: DAYTONA_DAEMON`` the SDK maps a code to its precise class, as against the real daemon."""
+    pytest.importorskip("daytona", reason="needs the [daytona] extra")
+    from daytona import Daytona, DaytonaConfig
+    from daytona.common.errors import DaytonaFileNotFoundError
+
+    daytona = Daytona(DaytonaConfig(api_url=api_url, api_key=api_key))
+    sandbox = daytona.create()
+    try:
+        with pytest.raises(DaytonaFileNotFoundError):
+            sandbox.fs.get_file_info("no-such-file")
+    finally:
+        daytona.delete(sandbox)
