@@ -80,7 +80,8 @@ def stat_error(error: OSError, op: str, path: str) -> FileError:
 
 def list_files(sandbox: Sandbox, path: str) -> list[dict[str, Any]]:
     """``GET /files`` (``ListFiles``): the entries of ``path`` (the working directory, the home, without one), each
-    as ``getFileInfo`` makes it, in name order; an entry it cannot stat (a link that leads nowhere) left out."""
+    as ``getFileInfo`` makes it, in name order, with its ``path``, ``filepath.Join(path, name)`` (``a.txt`` for an
+    entry of ``.``: Go cleans it); an entry it cannot stat (a link that leads nowhere) left out."""
     shown = path or "."
     target = sandbox.home if not path else target_of(sandbox, path, "open")
     try:
@@ -90,7 +91,8 @@ def list_files(sandbox: Sandbox, path: str) -> list[dict[str, Any]]:
     entries = []
     for name in names:
         try:
-            entries.append(file_info(os.path.join(target, name), shown.rstrip("/") + "/" + name))
+            joined = go_clean(shown + "/" + name)
+            entries.append(file_info(os.path.join(target, name), shown.rstrip("/") + "/" + name, joined))
         except OSError:
             continue
     return entries

@@ -203,24 +203,31 @@ def _go_times(mtime_ns: int) -> tuple[str, str]:
     )
 
 
-def file_info(path: str, shown_path: str) -> dict[str, Any]:
-    """FileInfo JSON, as the daemon's ``getFileInfo`` makes it (fs/types.go at 8b6f9b14a, in its fields' order, with
-    no ``path``): of what a link leads to (``os.Stat``), the mode as Go writes it, ``permissions`` the nine
-    permission bits only, owner and group as numbers. A name's byte that is no UTF-8 is one U+FFFD, as Go's JSON
-    encoder writes it (Python's surrogate for it would not encode)."""
+def file_info(path: str, shown_path: str, full_path: str | None = None) -> dict[str, Any]:
+    """FileInfo JSON, as the daemon that pairs with the SDK 0.226 makes it (its ``getFileInfo``, its struct's fields
+    in their order): of what a link leads to (``os.Stat``), the mode as Go writes it, ``permissions`` the nine
+    permission bits only, owner and group as numbers. ``path`` (``json:"path,omitempty"``, which the daemon at
+    8b6f9b14a did not have) is there only where the caller gives ``full_path``: the listing sets it for each entry,
+    ``/files/info`` leaves it empty, so out. A byte that is no UTF-8 is one U+FFFD, as Go's JSON encoder writes it
+    (Python's surrogate for it would not encode)."""
     st = os.stat(path)
     mod_time, modified_at = _go_times(st.st_mtime_ns)
-    return {
-        "name": go_string(os.fsencode(os.path.basename(shown_path.rstrip("/")) or "/")),
-        "size": int(st.st_size),
-        "mode": go_file_mode(st.st_mode),
-        "modTime": mod_time,
-        "modifiedAt": modified_at,
-        "isDir": stat.S_ISDIR(st.st_mode),
-        "owner": SANDBOX_UID,
-        "group": SANDBOX_UID,
-        "permissions": f"{st.st_mode & 0o777:04o}",
-    }
+    info: dict[str, Any] = {"name": go_string(os.fsencode(os.path.basename(shown_path.rstrip("/")) or "/"))}
+    if full_path:
+        info["path"] = go_string(full_path.encode("utf-8", "surrogateescape"))
+    info.update(
+        {
+            "size": int(st.st_size),
+            "mode": go_file_mode(st.st_mode),
+            "modTime": mod_time,
+            "modifiedAt": modified_at,
+            "isDir": stat.S_ISDIR(st.st_mode),
+            "owner": SANDBOX_UID,
+            "group": SANDBOX_UID,
+            "permissions": f"{st.st_mode & 0o777:04o}",
+        }
+    )
+    return info
 
 
 #: The daemon's umask: a folder it makes with mode 0777 is 0755, a file it creates 0644.

@@ -160,20 +160,17 @@ def test_a_folder_and_its_parents_take_the_mode_as_go_mkdir_all_gives_it(
 
 
 def test_a_file_info_is_gos_json_of_the_daemons_struct(tb: tuple[httpx.Client, str]) -> None:
-    """``FileInfo`` at 8b6f9b14a: its fields in the struct's order and no ``path`` (a later daemon's); gin's JSON."""
+    """``FileInfo`` of the daemon that pairs with the SDK 0.226: its struct's fields in their order, ``path``
+    (``omitempty``, after ``name``) set for a listing's entries (``filepath.Join`` of the path listed and the name),
+    never for ``/files/info``; gin's JSON."""
     client, prefix = tb
     _run(tb, "mkdir d && printf abc > d/f")
-    for answer in (client.get(prefix + "/files/info", params={"path": "d/f"}), client.get(prefix + "/files/?path=d")):
+    fields = ["name", "size", "mode", "modTime", "modifiedAt", "isDir", "owner", "group", "permissions"]
+    info = client.get(prefix + "/files/info", params={"path": "d/f"})
+    assert info.headers["content-type"] == "application/json; charset=utf-8"
+    assert list(info.json()) == fields
+    for listed, path in (("d", "d/f"), ("./d/", "d/f"), ("", "d"), (".", "d")):
+        answer = client.get(prefix + "/files/", params={"path": listed} if listed else None)
         assert answer.headers["content-type"] == "application/json; charset=utf-8"
-        info = answer.json() if isinstance(answer.json(), dict) else answer.json()[0]
-        assert list(info) == [
-            "name",
-            "size",
-            "mode",
-            "modTime",
-            "modifiedAt",
-            "isDir",
-            "owner",
-            "group",
-            "permissions",
-        ]
+        (entry,) = answer.json()
+        assert list(entry) == ["name", "path", *fields[1:]] and entry["path"] == path, listed
