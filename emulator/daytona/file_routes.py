@@ -305,7 +305,7 @@ def bulk_upload(sandbox: Sandbox, body: bytes, content_type: str | None) -> Resp
 
 #: The daemon's fixed boundary for bulk downloads.
 DOWNLOAD_BOUNDARY = "DAYTONA-FILE-BOUNDARY"
-_NO_PATHS = {"error": 'request body must be {"paths": [ ... ]} and non-empty'}
+_NO_PATHS = 'request body must be {"paths": [ ... ]} and non-empty'
 
 
 def _no_constant(name: str) -> NoReturn:
@@ -378,15 +378,17 @@ def _download(sandbox: Sandbox, path: str) -> bytes:
 
 
 def bulk_download(sandbox: Sandbox, body: bytes) -> Response:
-    """``POST /files/bulk-download`` (``DownloadFiles``): a body that is not ``{"paths": [...]}`` with a path is its
-    own 400 ``{"error": ...}``; otherwise a multipart answer under its fixed boundary, each path in order a ``file``
-    part (typed by ``mime.TypeByExtension``, with its ``Content-Length``) or an ``error`` part holding the daemon's
-    ``ErrorResponse`` (``statusCode``, ``message``, ``source``, ``code``, ``timestamp``, ``path``, ``method``, in the
-    later daemon's struct's order: its ``source``, which the daemon at 8b6f9b14a did not write, lets the SDK raise
-    ``DaytonaFileNotFoundError``), each named for the path in ``filename`` (Latin-1) and ``filename*`` (RFC 5987)."""
+    """``POST /files/bulk-download`` (``DownloadFiles``): a body that is not ``{"paths": [...]}`` with a path is 400
+    in the daemon's envelope (the SDK 0.226's client declares ``ErrorResponse`` for it; the daemon at 8b6f9b14a
+    answered its own ``{"error": ...}``); otherwise a multipart answer under its fixed boundary, each path in order
+    a ``file`` part (typed by ``mime.TypeByExtension``, with its ``Content-Length``) or an ``error`` part holding the
+    daemon's ``ErrorResponse`` (``statusCode``, ``message``, ``source``, ``code``, ``timestamp``, ``path``,
+    ``method``, in the later daemon's struct's order: its ``source``, which the daemon at 8b6f9b14a did not write,
+    lets the SDK raise ``DaytonaFileNotFoundError``), each named for the path in ``filename`` (Latin-1) and
+    ``filename*`` (RFC 5987)."""
     paths = download_paths(body)
     if not paths:
-        return gin_json(_NO_PATHS, 400)
+        raise FileError(400, _NO_PATHS)
     parts: list[tuple[dict[str, str], bytes]] = []
     for path in paths:
         try:
