@@ -93,6 +93,20 @@ class ApiError(Exception):
         self.code = code
 
 
+class FileError(ApiError):
+    """An error of a file route, answered in the daemon's envelope as the daemon that pairs with the SDK 0.226 answers
+    it (its handlers give typed errors to common-go's error middleware, ``c.Error``): ``code`` ``FILE_NOT_FOUND`` for
+    a 404, ``FILE_ACCESS_DENIED`` for a 403, else the status's own (``BAD_REQUEST``, ``CONFLICT``) unless one is given.
+    The daemon at 8b6f9b14a answered these with ``ctx.AbortWithError``, the status and an empty body."""
+
+    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+        super().__init__(status, message, code or FILE_CODES.get(status))
+
+
+#: The codes of the daemon's typed file errors (``common.NewFileNotFoundError``, ``NewFileAccessDeniedError``).
+FILE_CODES = {404: "FILE_NOT_FOUND", 403: "FILE_ACCESS_DENIED"}
+
+
 class StartFailed(ApiError):
     """A program could not be started at all (descriptors or processes run out): a 500, except where the daemon
     answers its ``cmd.Start`` error otherwise (``/process/execute``: 200 with exit code -1)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import json
 from typing import Any
 
 #: The codecs error handler of :func:`go_string`.
@@ -42,4 +43,25 @@ def as_go_decodes(value: Any) -> Any:
     return value
 
 
-__all__ = ["as_go_decodes", "go_string"]
+def go_text(text: str) -> str:
+    """``text`` (a path the emulator holds with each byte that is no UTF-8 as a surrogate, ``surrogateescape``) as
+    Go's JSON encoder writes a string of those bytes: each such byte U+FFFD."""
+    return go_string(text.encode("utf-8", "surrogateescape"))
+
+
+def go_marshal(value: Any) -> bytes:
+    """``value`` as Go's ``json.Marshal`` (and gin's ``c.JSON``) writes it: compact, non-ASCII as UTF-8, and
+    ``<``, ``>``, ``&``, U+2028 and U+2029 escaped (only strings can hold them). Strings must be :func:`go_text`'s."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    for char, escape in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
+        text = text.replace(char, escape)
+    return text.encode()
+
+
+__all__ = ["as_go_decodes", "go_marshal", "go_string", "go_text"]

@@ -28,23 +28,17 @@ from emulator.faults.bodies import now_iso
 from emulator.gate import WS_TIMEOUT_CLOSE, FaultGate, current_entry
 from emulator.journal import retry_after_detail
 
-from . import search, session_shell
+from . import file_routes, search, session_shell
 from .config import AUTHENTICATED, FAILED_AUTH, SANDBOX_CREATE, SANDBOX_LIFECYCLE, DaytonaConfig
-from .errors import DAEMON_SOURCE, ApiError, api_error, daemon_error, json_response, proxy_error
+from .errors import ApiError, FileError, api_error, daemon_error, json_response, proxy_error
 from .failed_auth import FailedAuth, ProxyTokenCache, client_ip
 from .files import (
-    file_info,
     is_dir,
-    make_dirs,
-    multipart_body,
     not_a_dir_reason,
-    parse_multipart,
-    read_file,
     resolve,
-    write_file,
 )
 from .go_fields import string_field
-from .go_json import as_go_decodes
+from .go_json import as_go_decodes, go_text
 from .interpreter import (
     DRIVER,
     Context,
@@ -62,7 +56,7 @@ from .sandboxes import Sandbox, SandboxStore, interval_minutes
 from .session_logs import stream_log
 from .sessions import SessionCommand, SessionShells, ShellStart
 from .throttle import Throttlers, Verdict
-from .toolbox import ACCEPTED, COMMAND, CommandTimeout, SandboxGone, Toolbox, delete_path
+from .toolbox import ACCEPTED, COMMAND, CommandTimeout, SandboxGone, Toolbox
 
 _log = logging.getLogger(__name__)
 
@@ -105,9 +99,16 @@ TOOLBOX_ROUTES: tuple[tuple[str, str, str], ...] = (
     ("POST", "/files/bulk-download", "daytona.toolbox.files.download"),
     ("GET", "/files/download", "daytona.toolbox.files.download_one"),
     ("GET", "/files", "daytona.toolbox.files.list"),
+    ("GET", "/files/", "daytona.toolbox.files.list"),
     ("DELETE", "/files", "daytona.toolbox.files.delete"),
+    ("DELETE", "/files/", "daytona.toolbox.files.delete"),
     ("GET", "/files/info", "daytona.toolbox.files.info"),
     ("POST", "/files/folder", "daytona.toolbox.files.folder"),
+    ("GET", "/files/find", "daytona.toolbox.files.find"),
+    ("GET", "/files/search", "daytona.toolbox.files.search"),
+    ("POST", "/files/replace", "daytona.toolbox.files.replace"),
+    ("POST", "/files/move", "daytona.toolbox.files.move"),
+    ("POST", "/files/permissions", "daytona.toolbox.files.permissions"),
     ("GET", "/user-home-dir", "daytona.toolbox.info"),
     ("GET", "/work-dir", "daytona.toolbox.info"),
     ("GET", "/version", "daytona.toolbox.info"),
@@ -336,6 +337,12 @@ class DaytonaService:
                 except SandboxGone:  # its processes went with it; the toolbox proxy has no daemon left to ask
                     message = "the sandbox was stopped while the command ran"
                     return daemon_error(502, message, path, request.method, "BAD_GATEWAY"), {}
+                except FileError as exc:  # the daemon's envelope; its words go to the journal too
+                    entry = current_entry()
+                    if entry is not None:
+                        entry.detail["daemon_error"] = exc.message
+                    message = go_text(exc.message)
+                    return daemon_error(exc.status, message, path, request.method, exc.code), {}
                 except ApiError as exc:
                     return daemon_error(exc.status, exc.message, path, request.method, exc.code), {}
                 except FileNotFoundError as exc:
@@ -524,109 +531,62 @@ class DaytonaService:
         return {"message": "Context deleted successfully"}
 
     async def _tb_toolbox_files_upload(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        """``/files/bulk-upload`` as the daemon's ``UploadFiles``: ``files[i].path`` (trimmed) names where
-        ``files[i].file`` goes; each file is written in place (see :func:`write_file`); what fails is listed in
-        ``errors`` (400) with what was written."""
-        parts = parse_multipart(body, request.headers.get("content-type"))
-        destinations: dict[str, str] = {}
-        written: list[dict[str, Any]] = []
-        errors: list[str] = []
-        for info, payload in parts:
-            field_name = info.get("name", "")
-            index = _upload_index(field_name)
-            if field_name.endswith(".path"):
-                named = payload.decode("utf-8", "replace").strip()
-                if not named:
-                    errors.append(f"path[{index}]: empty path")
-                    continue
-                destinations[index] = named
-            elif field_name.endswith(".file"):
-                if index not in destinations:
-                    errors.append(f"file[{index}]: missing .path metadata")
-                    continue
-                dest = destinations[index]
-                try:
-                    write_file(sandbox, resolve(sandbox, dest), payload)
-                    written.append({"path": dest, "bytes": len(payload)})
-                except ApiError as exc:
-                    errors.append(f"{dest}: create: {exc.message}")
-                except OSError as exc:
-                    errors.append(f"{dest}: create: open {dest}: {(exc.strerror or str(exc)).lower()}")
-        if errors:
-            return json_response({"errors": errors, "files": written}, 400)
-        return {"files": written}
+        return file_routes.bulk_upload(sandbox, body, request.headers.get("content-type"))
 
     async def _tb_toolbox_files_download(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        """``/files/bulk-download`` as the daemon's ``DownloadFiles``: a body that is not ``{"paths": [...]}`` with
-        at least one path is 400 with its own ``{"error"}`` body; each path is a ``file`` part, or an ``error`` part
-        holding the daemon's ``ErrorResponse`` (``FILE_NOT_FOUND`` 404; ``INVALID_FILE_PATH`` 400 for an empty path
-        or a directory; ``FILE_READ_FAILED`` 500 when a component is no directory)."""
-        try:
-            paths = _json_body(body).get("paths")
-        except ApiError:
-            paths = None
-        if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
-            return json_response({"error": 'request body must be {"paths": [ ... ]} and non-empty'}, 400)
-        parts: list[tuple[str, str, str, bytes]] = []
-        for raw in paths:
-            path = as_go_decodes(raw)
-            try:
-                if not path:
-                    raise _DownloadRefused(400, "INVALID_FILE_PATH", "invalid file path: path is empty")
-                target = resolve(sandbox, path)
-                if is_dir(target):
-                    message = f"invalid file path: path points to a directory: {path}"
-                    raise _DownloadRefused(400, "INVALID_FILE_PATH", message)
-                parts.append(("file", path, "application/octet-stream", read_file(target)))
-            except (_DownloadRefused, ApiError, OSError) as exc:
-                status, code, message = _download_refusal(exc, path)
-                error = {
-                    "statusCode": status,
-                    "message": message,
-                    "code": code,
-                    "timestamp": now_iso(),
-                    "path": path,
-                    "method": "POST",
-                    "source": DAEMON_SOURCE,
-                }
-                parts.append(("error", path, "application/json; charset=utf-8", json.dumps(error).encode()))
-        payload, ctype = multipart_body(parts, DOWNLOAD_BOUNDARY)
-        return Response(payload, media_type=None, headers={"Content-Type": ctype})
+        return file_routes.bulk_download(sandbox, body)
 
     async def _tb_toolbox_files_download_one(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        path = request.query_params.get("path", "")
-        data = read_file(resolve(sandbox, path))
-        return Response(data, media_type="application/octet-stream")
+        return file_routes.download_one(sandbox, request.query_params.get("path", ""))
 
     async def _tb_toolbox_files_list(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        path = request.query_params.get("path") or sandbox.home
-        target = resolve(sandbox, path)
-        entries = []
-        for name in sorted(os.listdir(target)):
-            try:
-                entries.append(file_info(os.path.join(target, name), path.rstrip("/") + "/" + name))
-            except OSError:
-                continue  # a link that leads nowhere: the daemon leaves out what it cannot stat
-        return entries
+        return file_routes.gin_json(file_routes.list_files(sandbox, request.query_params.get("path", "")))
 
     async def _tb_toolbox_files_info(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        path = request.query_params.get("path", "")
-        if not path:
-            raise ApiError(400, "path is required")
-        return file_info(resolve(sandbox, path), path)
+        return file_routes.gin_json(file_routes.info(sandbox, request.query_params.get("path", "")))
 
     async def _tb_toolbox_files_delete(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        path = request.query_params.get("path", "")
-        if not path:
-            raise ApiError(400, "path is required")
+        """The daemon registers ``DELETE /files/`` alone (``fsController.DELETE("/", ...)``): gin answers
+        ``DELETE /files`` with its trailing-slash redirect, a 307 (the method kept) to ``/files/`` with the query,
+        which the toolbox proxy prefixes with ``/toolbox/<id>``. The SDK's client follows it."""
+        if not request.url.path.endswith("/"):
+            query = request.url.query
+            location = request.url.path + "/" + ("?" + query if query else "")
+            return Response(status_code=307, headers={"Location": location})
         recursive = request.query_params.get("recursive") == "true"  # the daemon compares the string as given
-        delete_path(resolve(sandbox, path), recursive, path)
+        file_routes.delete(sandbox, request.query_params.get("path", ""), recursive)
         return Response(status_code=204)
 
     async def _tb_toolbox_files_folder(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        path = request.query_params.get("path", "")
-        make_dirs(resolve(sandbox, path), _folder_mode(request.query_params.get("mode")))
+        params = request.query_params
+        file_routes.create_folder(sandbox, params.get("path", ""), params.get("mode"))
         return Response(status_code=201)
+
+    async def _tb_toolbox_files_find(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        params = request.query_params
+        return file_routes.gin_json(
+            file_routes.find_in_files(sandbox, params.get("path", ""), params.get("pattern", ""))
+        )
+
+    async def _tb_toolbox_files_search(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        params = request.query_params
+        return file_routes.gin_json(
+            file_routes.search_files(sandbox, params.get("path", ""), params.get("pattern", ""))
+        )
+
+    async def _tb_toolbox_files_replace(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        return file_routes.gin_json(file_routes.replace_in_files(sandbox, body))
+
+    async def _tb_toolbox_files_move(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        params = request.query_params
+        file_routes.move(sandbox, params.get("source", ""), params.get("destination", ""))
+        return Response(status_code=200)
+
+    async def _tb_toolbox_files_permissions(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
+        params = request.query_params
+        path, mode, owner, group = (params.get(name) for name in ("path", "mode", "owner", "group"))
+        file_routes.set_permissions(sandbox, path or "", mode, owner, group)
+        return Response(status_code=200)
 
     async def _tb_info_dispatch(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         tail = request.url.path.rsplit("/", 1)[-1]
@@ -873,19 +833,6 @@ def _in_loop(loop: asyncio.AbstractEventLoop) -> bool:
 __all__ = ["ROUTES", "DaytonaService"]
 
 
-def _folder_mode(raw: str | None) -> int:
-    """The ``mode`` of a folder creation: octal digits, as the daemon parses it (``ParseUint(mode, 8, 32)``), or 0755.
-
-    Anything else is the daemon's 400, never a server error (Python's ``int(x, 8)`` also takes ``0o``, ``_`` and
-    signs, which the daemon refuses).
-    """
-    if not raw:
-        return 0o755
-    if not raw.isascii() or not raw.isdigit() or "8" in raw or "9" in raw or int(raw, 8) >= 1 << 32:
-        raise ApiError(400, "invalid mode format")
-    return int(raw, 8)
-
-
 def _as_client_path(sandbox: Sandbox | None, filename: object) -> str:
     """A host path in an error message as the client named it: under the sandbox's private tree, the absolute path
     it stands for (``/tmp/a.txt``), never the emulator's own directory; the home is the path ``/user-home-dir``
@@ -896,36 +843,6 @@ def _as_client_path(sandbox: Sandbox | None, filename: object) -> str:
         if text == root or text.startswith(root + "/"):
             return text[len(root) :] or "/"
     return text
-
-
-def _upload_index(field_name: str) -> str:
-    """``0`` of ``files[0].path`` or ``files[0].file``, as the daemon's ``extractIndex`` cuts it."""
-    index = field_name.removeprefix("files[")
-    return index.removesuffix("].path").removesuffix("].file")
-
-
-#: The daemon's fixed boundary for bulk downloads.
-DOWNLOAD_BOUNDARY = "DAYTONA-FILE-BOUNDARY"
-
-
-class _DownloadRefused(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-
-
-def _download_refusal(exc: Exception, path: str) -> tuple[int, str, str]:
-    """(status, code, message) of a bulk download's error part, classified as the daemon classifies the error."""
-    if isinstance(exc, _DownloadRefused):
-        return exc.status, exc.code, exc.message
-    if isinstance(exc, FileNotFoundError):
-        return 404, "FILE_NOT_FOUND", f"file not found: {path}"
-    if isinstance(exc, PermissionError):
-        return 403, "FILE_ACCESS_DENIED", f"permission denied: {path}"
-    if isinstance(exc, ApiError):  # a path the emulator keeps out of the sandbox
-        return 400, "INVALID_FILE_PATH", f"invalid file path: {path}"
-    reason = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else str(exc)
-    return 500, "FILE_READ_FAILED", f"failed to open file: open {path}: {reason}"
 
 
 def _daemon_body(body: bytes) -> dict[str, Any]:

@@ -8,14 +8,11 @@ a non-zero exit is HTTP 200 with ``exitCode``; a timeout is 408 ``REQUEST_TIMEOU
 from __future__ import annotations
 
 import asyncio
-import os
 import shlex
-import stat
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from emulator.executor import ExecutionRequest, ExecutionResult, Executor, OutputCapture
-from emulator.executor.trees import remove_tree
 
 from .config import OUTPUT_LIMIT
 from .errors import ApiError, StartFailed
@@ -315,22 +312,3 @@ class Toolbox:
         if command is None:
             raise ApiError(404, "command not found")
         return command
-
-
-def delete_path(target: str, recursive: bool, shown: str) -> None:
-    """``DELETE /files`` as the daemon does it: the path is looked up following links (a missing one is 404
-    ``FILE_NOT_FOUND``), a directory needs ``recursive`` (even an empty one), and a recursive delete removes a link
-    itself, never what it leads to. ``shown`` is the request's path, for the messages."""
-    try:
-        info = os.stat(target)
-    except FileNotFoundError:
-        raise ApiError(404, f"stat {shown}: no such file or directory", "FILE_NOT_FOUND") from None
-    except PermissionError:
-        raise ApiError(403, f"stat {shown}: permission denied", "FILE_ACCESS_DENIED") from None
-    if stat.S_ISDIR(info.st_mode) and not recursive:
-        raise ApiError(400, "cannot delete directory without recursive flag")
-    if os.path.isdir(target) and not os.path.islink(target):
-        if not remove_tree(target):
-            raise ApiError(400, f"unlinkat {shown}: directory not empty")
-    else:
-        os.unlink(target)

@@ -55,18 +55,113 @@ def test_a_new_file_is_0644_in_new_0755_directories(tb: tuple[httpx.Client, str,
 
 def test_what_the_daemon_refuses(tb: tuple[httpx.Client, str, str]) -> None:
     client, prefix, _ = tb
-    assert client.post(prefix + "/process/execute", json={"command": "mkdir d"}).json()["exitCode"] == 0
+    assert client.post(prefix + "/process/execute", json={"command": "mkdir d && touch f"}).json()["exitCode"] == 0
     fields = [
         ("files[0].path", (None, b"  ")),
         ("files[1].file", ("orphan", b"x")),
         ("files[2].path", (None, b"d")),
         ("files[2].file", ("d", b"x")),
-        ("files[3].path", (None, b"ok.txt")),
-        ("files[3].file", ("ok.txt", b"fine")),
+        ("files[3].path", (None, b"f/x//y/z.txt")),  # its MkdirAll of f/x/y stops at the file f
+        ("files[3].file", ("z.txt", b"x")),
+        ("files[4].path", (None, b"ok.txt")),
+        ("files[4].file", ("ok.txt", b"fine")),
     ]
     answer = _upload(client, prefix, fields)
     assert answer.status_code == 400
     assert answer.json() == {
-        "errors": ["path[0]: empty path", "file[1]: missing .path metadata", "d: create: open d: is a directory"],
+        "errors": [
+            "path[0]: empty path",
+            "file[1]: missing .path metadata",
+            "d: create: open d: is a directory",
+            "f/x//y/z.txt: mkdir f/x/y: mkdir f: not a directory",
+        ],
         "files": [{"path": "ok.txt", "bytes": 4}],
     }
+
+
+def _raw(client: httpx.Client, prefix: str, body: bytes, content_type: str | None) -> httpx.Response:
+    headers = {"Content-Type": content_type} if content_type is not None else {}
+    return client.post(prefix + "/files/bulk-upload", content=body, headers=headers)
+
+
+def _part(name: str, payload: bytes, boundary: str = "B") -> bytes:
+    head = f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'.encode()
+    return head + payload + b"\r\n"
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data", "multipart/form-data; boundary="],
+)
+def test_a_body_that_is_no_multipart_form_is_the_daemons_own_400(
+    tb: tuple[httpx.Client, str, str], content_type: str | None
+) -> None:
+    """``Request.MultipartReader`` fails (no content type, another one, no boundary, a boundary that does not parse):
+    the daemon writes its own body, with no ``files`` and no envelope."""
+    client, prefix, _ = tb
+    answer = _raw(client, prefix, _part("files[0].path", b"a") + b"--B--\r\n", content_type)
+    assert (answer.status_code, answer.headers["content-type"]) == (400, "application/json; charset=utf-8")
+    assert answer.content == b'{"errors":["invalid multipart form"]}'
+
+
+def test_no_file_written_is_files_null(tb: tuple[httpx.Client, str, str]) -> None:
+    """``files`` is a Go nil slice until a file is written: ``null``, in the 200 and in the 400."""
+    client, prefix, _ = tb
+    form = "multipart/form-data; boundary=B"
+    assert _raw(client, prefix, b"--B--\r\n", form).content == b'{"files":null}'
+    only_paths = _raw(client, prefix, _part("files[0].path", b"a.txt") + b"--B--\r\n", form)
+    assert (only_paths.status_code, only_paths.content) == (200, b'{"files":null}')
+    refused = _upload(client, prefix, [("files[0].file", ("orphan", b"x"))])
+    assert refused.content == b'{"errors":["file[0]: missing .path metadata"],"files":null}'
+
+
+FORM = "multipart/form-data; boundary=B"
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "error"),
+    [
+        (b"", FORM, "multipart: NextPart: EOF"),
+        (b"--B--\r\n", 'multipart/form-data; boundary=""', "multipart: boundary is empty"),
+        (b"--B\r\nno colon here\r\n\r\nx\r\n--B--\r\n", FORM, "malformed MIME header line: no colon here"),
+        (
+            _part("p", b"a") + b"--B trailing\r\n",
+            FORM,
+            'multipart: expecting a new Part; got line "--B trailing\\r\\n"',
+        ),
+        (b"x" * 5000 + b"\r\n--B--\r\n", FORM, "multipart: NextPart: bufio: buffer full"),
+    ],
+)
+def test_a_malformed_body_ends_the_reading_with_gos_words(
+    tb: tuple[httpx.Client, str, str], body: bytes, content_type: str, error: str
+) -> None:
+    """Go's ``multipart.Reader`` stops at the defect: ``reading part: <its error>`` is the last line of ``errors``."""
+    client, prefix, _ = tb
+    answer = _raw(client, prefix, body, content_type)
+    assert answer.status_code == 400
+    assert answer.json() == {"errors": [f"reading part: {error}"], "files": None}
+
+
+def test_a_body_with_bare_line_feeds_is_read(tb: tuple[httpx.Client, str, str]) -> None:
+    """Go's reader takes ``\\n`` line ends where the first delimiter has one (a violation it meets in practice)."""
+    client, prefix, home = tb
+    body = _part("files[0].path", b"lf.txt") + _part("files[0].file", b"x\r\ny") + b"--B--\r\n"
+    answer = _raw(client, prefix, body.replace(b"\r\n", b"\n").replace(b"x\ny", b"x\r\ny"), FORM)
+    assert answer.json() == {"files": [{"path": "lf.txt", "bytes": 4}]}
+    with open(os.path.join(home, "lf.txt"), "rb") as f:
+        assert f.read() == b"x\r\ny"
+
+
+def test_the_sdk_gets_the_daemons_words_for_an_upload_of_no_files(api_url: str, api_key: str) -> None:
+    """``upload_files([])`` sends an empty url-encoded form (aiohttp makes no multipart form of no fields): the
+    daemon's ``invalid multipart form``, which the SDK quotes."""
+    from daytona import Daytona, DaytonaConfig, DaytonaError
+
+    daytona = Daytona(DaytonaConfig(api_url=api_url, api_key=api_key))
+    sandbox = daytona.create()
+    try:
+        with pytest.raises(DaytonaError) as refused:
+            sandbox.fs.upload_files([])
+        assert str(refused.value) == "Failed to upload files: 400: invalid multipart form"
+    finally:
+        daytona.delete(sandbox)

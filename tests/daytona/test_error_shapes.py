@@ -40,6 +40,15 @@ def _sandbox(client: httpx.Client) -> str:
     return str(created.json()["id"])
 
 
+def _file_error(response: httpx.Response, status: int, code: str, message: str) -> ErrorResponse:
+    """An error of a daemon's file handler: its envelope, with ``source`` and the code of the SDK 0.226's models."""
+    parsed = _error(response, status)
+    assert parsed.code is not None and (parsed.code.value, parsed.source) == (code, "DAYTONA_DAEMON")
+    assert parsed.message == message and parsed.method == response.request.method
+    assert response.headers["content-type"] == "application/json"
+    return parsed
+
+
 def test_the_daemons_own_errors_parse(client: httpx.Client) -> None:
     tb = f"/toolbox/{_sandbox(client)}"
     missing = _error(client.get(tb + "/files/info", params={"path": "nowhere.txt"}), 404)
@@ -52,11 +61,38 @@ def test_the_daemons_own_errors_parse(client: httpx.Client) -> None:
     _error(unauthorized, 401)
 
 
-@pytest.mark.parametrize("mode", ["abc", "0o755", "-1", "789", "7_5_5", "\u0667\u0665\u0665", "77777777777777"])
-def test_a_bad_folder_mode_is_the_daemons_400(client: httpx.Client, mode: str) -> None:
+def test_the_file_handlers_errors_are_the_daemons_envelope(client: httpx.Client) -> None:
+    """The daemon that pairs with the SDK 0.226 hands each error of its file handlers to its error middleware: its
+    envelope, 404 ``FILE_NOT_FOUND`` (``os.IsNotExist``), 400 ``BAD_REQUEST`` otherwise here, the message Go's error
+    with the path as the client gave it. (The daemon at 8b6f9b14a answered the status alone, with no body.)"""
     tb = f"/toolbox/{_sandbox(client)}"
-    refused = _error(client.post(tb + "/files/folder", params={"path": "d", "mode": mode}), 400)
-    assert refused.message == "invalid mode format" and refused.method == "POST"
+    assert client.post(tb + "/process/execute", json={"command": "mkdir d && printf x > f"}).json()["exitCode"] == 0
+    gone, bad = "no such file or directory", "BAD_REQUEST"
+    cases = [
+        (client.get(tb + "/files/info", params={"path": "no.txt"}), 404, "FILE_NOT_FOUND", f"stat no.txt: {gone}"),
+        (client.get(tb + "/files/info"), 400, bad, "path is required"),
+        (client.get(tb + "/files/info", params={"path": "f/x"}), 400, bad, "stat f/x: not a directory"),
+        (client.get(tb + "/files/download", params={"path": "d"}), 400, bad, "path must be a file"),
+        (client.get(tb + "/files/download", params={"path": "no.txt"}), 404, "FILE_NOT_FOUND", f"stat no.txt: {gone}"),
+        (client.get(tb + "/files/download"), 400, bad, "path is required"),
+        (client.get(tb + "/files", params={"path": "nowhere"}), 404, "FILE_NOT_FOUND", f"open nowhere: {gone}"),
+        (client.get(tb + "/files", params={"path": "f"}), 400, bad, "open f: not a directory"),
+        (client.post(tb + "/files/folder"), 400, bad, "path is required"),
+        (client.post(tb + "/files/folder", params={"path": "f"}), 400, bad, "mkdir f: not a directory"),
+        (client.post(tb + "/files/folder", params={"path": "a\0b"}), 400, bad, "mkdir a\0b: invalid argument"),
+        (client.delete(tb + "/files/", params={"path": "no.txt"}), 404, "FILE_NOT_FOUND", f"stat no.txt: {gone}"),
+    ]
+    for response, status, code, message in cases:
+        _file_error(response, status, code, message)
+
+
+@pytest.mark.parametrize("mode", ["abc", "0o755", "-1", "789", "7_5_5", "\u0667\u0665\u0665", "77777777777777"])
+def test_a_bad_folder_mode_is_the_daemons_400(client: httpx.Client, server: EmulatorServer, mode: str) -> None:
+    tb = f"/toolbox/{_sandbox(client)}"
+    refused = client.post(tb + "/files/folder", params={"path": "d", "mode": mode})
+    _file_error(refused, 400, "BAD_REQUEST", "invalid mode format")
+    entry = server.emulator.journal.entries()[-1]
+    assert entry.detail["daemon_error"] == "invalid mode format"  # the daemon's words, in the journal too
     assert client.post(tb + "/files/folder", params={"path": "d", "mode": "700"}).status_code == 201
 
 

@@ -213,7 +213,11 @@ def test_downloading_a_directory_is_a_clear_400_and_the_connection_survives() ->
             answer = session.get(f"{toolbox}/files/download", params={"path": "d"}, headers=headers, timeout=10)
             assert answer.status_code == 400
             body = answer.json()
-            assert body["code"] == "BAD_REQUEST" and "directory" in body["message"].lower()
+            assert (body["code"], body["source"], body["message"]) == (
+                "BAD_REQUEST",
+                "DAYTONA_DAEMON",
+                "path must be a file",
+            )
             again = session.get(f"{toolbox}/files/info", params={"path": "d"}, headers=headers, timeout=10)
             assert again.status_code == 200 and again.json()["isDir"] is True  # the connection still answers
         sandbox.delete()

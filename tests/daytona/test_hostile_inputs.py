@@ -146,16 +146,23 @@ def test_an_upload_whose_payload_holds_the_boundary_is_stored_whole(client: http
     assert client.get(f"/toolbox/{sid}/files/download", params={"path": "kept.bin"}).content == data
 
 
-def test_an_upload_cut_short_writes_nothing(client: httpx.Client) -> None:
-    """No close delimiter: Go's multipart reader fails, the daemon answers 400; no truncated file is written."""
+@pytest.mark.parametrize(("tail", "kept"), [(b"", b"0123456"), (b"0123456789\r\n--c", b"0123456789")])
+def test_an_upload_cut_short_keeps_what_came(client: httpx.Client, tail: bytes, kept: bytes) -> None:
+    """No close delimiter: the daemon writes a file as Go's reader yields it, so the cut file holds what came (less
+    a tail that could begin a delimiter, which the reader holds back), and the answer is a 400 naming the cut and
+    the reader's end, with ``files`` null (none was written whole)."""
     sid = _sandbox(client)
     boundary = "cut"
     body = _multipart(boundary, [("files[0].path", b"cut.bin"), ("files[0].file", b"0123456789")], close=False)
-    body = body[:-5]  # the connection dropped inside the payload
+    body = body[:-5] if not tail else body[: body.rindex(b"0123456789")] + tail  # the connection dropped
     headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
     uploaded = client.post(f"/toolbox/{sid}/files/bulk-upload", content=body, headers=headers)
     assert uploaded.status_code == 400, uploaded.text
-    assert client.get(f"/toolbox/{sid}/files/info", params={"path": "cut.bin"}).status_code == 404
+    assert uploaded.json() == {
+        "errors": ["cut.bin: write: unexpected EOF", "reading part: multipart: NextPart: EOF"],
+        "files": None,
+    }
+    assert client.get(f"/toolbox/{sid}/files/download", params={"path": "cut.bin"}).content == kept
 
 
 def test_a_path_deeper_than_pythons_recursion_limit_is_made(client: httpx.Client) -> None:
@@ -192,23 +199,98 @@ def test_a_tree_nested_past_path_max_by_a_program_goes_with_its_sandbox(
 
 def test_delete_answers_as_the_daemon_does(client: httpx.Client) -> None:
     """``DELETE /files``: no path is a 400; a missing path a 404 ``FILE_NOT_FOUND``; any directory, even an empty
-    one, needs ``recursive=true`` (compared as given, as the daemon does)."""
+    one, needs ``recursive=true`` (compared as given, as the daemon does), each refusal in the daemon's envelope."""
     sid = _sandbox(client)
     tb = f"/toolbox/{sid}"
     assert client.post(tb + "/files/folder", params={"path": "empty"}).status_code in (200, 201)
-    missing = client.delete(tb + "/files", params={"path": "nothing-here"})
+    missing = client.delete(tb + "/files/", params={"path": "nothing-here"})
     assert (missing.status_code, missing.json()["code"]) == (404, "FILE_NOT_FOUND")
-    assert "nothing-here" in missing.json()["message"] and "/tmp" not in missing.json()["message"]
-    assert client.delete(tb + "/files", params={"path": ""}).json()["message"] == "path is required"
+    assert missing.json()["message"] == "stat nothing-here: no such file or directory"
+    refused = client.delete(tb + "/files/", params={"path": ""})
+    assert (refused.status_code, refused.json()["message"]) == (400, "path is required")
     for flag in (None, "True", "1"):
         params = {"path": "empty"} if flag is None else {"path": "empty", "recursive": flag}
-        refused = client.delete(tb + "/files", params=params)
-        assert (refused.status_code, refused.json()["message"]) == (
-            400,
-            "cannot delete directory without recursive flag",
-        )
-    assert client.delete(tb + "/files", params={"path": "empty", "recursive": "true"}).status_code == 204
+        refused = client.delete(tb + "/files/", params=params)
+        assert (refused.status_code, refused.json()["code"]) == (400, "BAD_REQUEST")
+        assert refused.json()["message"] == "cannot delete directory without recursive flag"
+    assert client.delete(tb + "/files/", params={"path": "empty", "recursive": "true"}).status_code == 204
     assert client.get(tb + "/files/info", params={"path": "empty"}).status_code == 404
+
+
+def test_delete_lives_at_files_slash_and_files_redirects_there(
+    client: httpx.Client, server: EmulatorServer, api_key: str
+) -> None:
+    """The daemon registers ``DELETE /files/`` and ``GET`` at both ``/files`` and ``/files/``: gin answers
+    ``DELETE /files`` with a 307 to ``/files/`` (query kept, the proxy's ``/toolbox/<id>`` before it, no body),
+    which the SDK's client follows."""
+    sid = _sandbox(client)
+    tb = f"/toolbox/{sid}"
+    assert client.post(tb + "/process/execute", json={"command": "touch a b"}).json()["exitCode"] == 0
+    moved = client.delete(tb + "/files", params={"path": "a", "recursive": "true"})
+    assert (moved.status_code, moved.content) == (307, b"")
+    assert moved.headers["location"] == f"{tb}/files/?path=a&recursive=true"
+    assert client.get(tb + "/files/info", params={"path": "a"}).status_code == 200  # nothing deleted yet
+    assert [e["name"] for e in client.get(tb + "/files/", params={"path": "."}).json()] == ["a", "b"]
+    from daytona import Daytona, DaytonaConfig
+
+    daytona = Daytona(DaytonaConfig(api_url=server.url + "/api", api_key=api_key))
+    sandbox = daytona.get(sid)
+    sandbox.fs.delete_file("a")
+    assert client.get(tb + "/files/info", params={"path": "a"}).status_code == 404
+    entries = server.emulator.journal.entries("daytona.toolbox.files.delete")
+    assert [(e.path.rsplit("/toolbox/", 1)[1].split("/", 1)[1], e.status) for e in entries[-2:]] == [
+        ("files", 307),
+        ("files/", 204),
+    ]
+
+
+@pytest.mark.parametrize("path", ["/home/daytona", "/"])
+def test_a_recursive_delete_of_the_home_empties_it_and_keeps_it(client: httpx.Client, path: str) -> None:
+    """``os.RemoveAll`` of the home (or ``/``) removes what is inside, then fails at the last rmdir (the daemon's
+    user may not change the parent): 400. The home stays, so the sandbox still runs (it was removed here)."""
+    tb = f"/toolbox/{_sandbox(client)}"
+    assert client.post(tb + "/process/execute", json={"command": "mkdir d && touch d/f e"}).json()["exitCode"] == 0
+    assert client.post(tb + "/files/folder", params={"path": "/tmp/t"}).status_code == 201
+    refused = client.delete(tb + "/files/", params={"path": path, "recursive": "true"})
+    assert (refused.status_code, refused.json()["message"]) == (400, f"unlinkat {path}: permission denied")
+    home = [entry["name"] for entry in client.get(tb + "/files/", params={"path": "."}).json()]
+    tmp = client.get(tb + "/files/", params={"path": "/tmp"}).status_code
+    assert (home, tmp) == ((["d", "e"], 404) if path == "/" else ([], 200))
+    assert client.post(tb + "/process/execute", json={"command": "touch again"}).json()["exitCode"] == 0
+
+
+def test_a_link_to_the_home_is_deleted_as_a_link(client: httpx.Client) -> None:
+    tb = f"/toolbox/{_sandbox(client)}"
+    assert client.post(tb + "/process/execute", json={"command": "touch e && ln -s . here"}).json()["exitCode"] == 0
+    assert client.delete(tb + "/files/", params={"path": "here", "recursive": "true"}).status_code == 204
+    assert [entry["name"] for entry in client.get(tb + "/files/", params={"path": "."}).json()] == ["e"]
+
+
+def test_a_tilde_is_a_name_and_root_is_not_the_users_home(client: httpx.Client) -> None:
+    """The daemon's Go never expands ``~`` (``~/a.txt`` is a file in a directory named ``~``), and ``/root`` is
+    root's home, not the sandbox user's."""
+    tb = f"/toolbox/{_sandbox(client)}"
+    assert client.post(tb + "/process/execute", json={"command": "touch a.txt"}).json()["exitCode"] == 0
+    assert client.get(tb + "/files/info", params={"path": "~/a.txt"}).status_code == 404
+    assert client.get(tb + "/files/info", params={"path": "/root/a.txt"}).status_code == 404
+    assert client.get(tb + "/files/info", params={"path": "/root"}).status_code == 404
+    uploaded = client.post(
+        tb + "/files/bulk-upload", files={"files[0].path": (None, "~/b.txt"), "files[0].file": ("b", b"x")}
+    )
+    assert uploaded.status_code == 200, uploaded.text
+    listed = client.post(tb + "/process/execute", json={"command": "ls -d '~'/b.txt"})
+    assert listed.json() == {"exitCode": 0, "result": "~/b.txt\n"}
+
+
+@pytest.mark.parametrize("path", [".", "d/.", "./."])
+def test_a_recursive_delete_of_a_path_ending_in_dot_removes_nothing(client: httpx.Client, path: str) -> None:
+    """Go's ``os.RemoveAll`` refuses a path that ends in ``.`` (EINVAL, as rmdir(2) refuses ``.``): the daemon
+    answers 400 and everything stays. Resolved as a path, ``d/.`` is ``d``, and ``.`` the home itself."""
+    tb = f"/toolbox/{_sandbox(client)}"
+    assert client.post(tb + "/process/execute", json={"command": "mkdir d && touch d/f"}).json()["exitCode"] == 0
+    refused = client.delete(tb + "/files/", params={"path": path, "recursive": "true"})
+    assert (refused.status_code, refused.json()["message"]) == (400, f"RemoveAll {path}: invalid argument")
+    assert client.get(tb + "/files/info", params={"path": "d/f"}).status_code == 200
 
 
 def test_an_interpreter_context_imports_what_its_start_did_not_load(
@@ -281,11 +363,17 @@ def test_a_command_ends_with_its_sandbox(client: httpx.Client, server: EmulatorS
 
 
 def test_an_error_names_the_path_as_the_client_gave_it(client: httpx.Client, server: EmulatorServer) -> None:
-    """A path outside the home lives in the sandbox's private tree; an error about it names the client's path (as
-    the daemon echoes it), not the emulator's directory."""
+    """A path outside the home lives in the sandbox's private tree, a relative one in the home; an error about either
+    names the client's path (as the daemon echoes it), never the emulator's directories."""
     sid = _sandbox(client)
-    missing = client.get(f"/toolbox/{sid}/files/download", params={"path": "/tmp/nothing/here.txt"})
-    assert missing.status_code == 404, missing.text
-    assert missing.json()["message"] == "file not found: /tmp/nothing/here.txt"
+    missing = client.post(f"/toolbox/{sid}/files/bulk-download", json={"paths": ["/tmp/nothing/here.txt"]})
+    assert missing.status_code == 200, missing.text
+    assert "file not found: /tmp/nothing/here.txt" in missing.text
     fs_root = server.emulator.daytona.store.get(sid).fs_root
     assert fs_root not in missing.text
+    home = server.emulator.daytona.store.get(sid).home
+    for route, path in (("/files/download", "/tmp/nothing/here.txt"), ("/files/info", "nothing/here.txt")):
+        single = client.get(f"/toolbox/{sid}{route}", params={"path": path})
+        assert single.status_code == 404, single.text
+        assert single.json()["message"] == f"stat {path}: no such file or directory"
+        assert fs_root not in single.text and home not in single.text

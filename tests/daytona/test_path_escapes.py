@@ -55,7 +55,7 @@ def test_a_link_followed_by_dotdot_reaches_nothing_outside(
         client.get(tb + "/files/info", params={"path": sneaky + "/secret.txt"}),
         client.get(tb + "/files", params={"path": sneaky}),
         client.post(tb + "/files/bulk-download", json={"paths": [sneaky + "/secret.txt"]}),
-        client.delete(tb + "/files", params={"path": sneaky + "/secret.txt"}),
+        client.delete(tb + "/files/", params={"path": sneaky + "/secret.txt"}),
         client.post(tb + "/files/folder", params={"path": sneaky + "/made", "mode": "755"}),
         client.post(
             tb + "/files/bulk-upload",
@@ -85,9 +85,9 @@ def test_a_link_pointing_out_is_not_followed_but_inner_links_work(client: httpx.
     assert client.get(tb + "/files/download", params={"path": "a/../d/x.txt"}).content == b"inner"  # b/c/d/.. is b/c
     # The daemon looks the path up following the link: a directory, so it wants the recursive flag; then it removes
     # the link itself (Go's RemoveAll), never what the link leads to.
-    refused = client.delete(tb + "/files", params={"path": "a"})
-    assert refused.status_code == 400 and refused.json()["message"] == "cannot delete directory without recursive flag"
-    assert client.delete(tb + "/files", params={"path": "a", "recursive": "true"}).status_code == 204
+    refused = client.delete(tb + "/files/", params={"path": "a"})
+    assert (refused.status_code, refused.json()["message"]) == (400, "cannot delete directory without recursive flag")
+    assert client.delete(tb + "/files/", params={"path": "a", "recursive": "true"}).status_code == 204
     assert client.get(tb + "/files/info", params={"path": "a"}).status_code == 404
     assert client.get(tb + "/files/download", params={"path": "b/c/d/x.txt"}).content == b"inner"
 

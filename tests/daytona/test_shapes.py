@@ -121,7 +121,7 @@ def test_toolbox_shapes(client: httpx.Client, server: EmulatorServer) -> None:
     assert info is not None and info.size == 3 and not info.is_dir
     listing = _ok(client.get(tb + "/files", params={"path": "dir"}))
     assert [FileInfo.from_dict(i).name for i in listing] == ["x.txt"]  # type: ignore[union-attr]
-    assert client.delete(tb + "/files", params={"path": "dir", "recursive": "true"}).status_code == 204
+    assert client.delete(tb + "/files/", params={"path": "dir", "recursive": "true"}).status_code == 204
     context = InterpreterContext.from_dict(_ok(client.post(tb + "/process/interpreter/context", json={})))
     assert context is not None and context.language == "python"
     contexts = ListContextsResponse.from_dict(_ok(client.get(tb + "/process/interpreter/context")))
