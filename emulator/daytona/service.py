@@ -17,7 +17,7 @@ import math
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -540,7 +540,8 @@ class DaytonaService:
         return file_routes.download_one(sandbox, request.query_params.get("path", ""))
 
     async def _tb_toolbox_files_list(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        return file_routes.gin_json(file_routes.list_files(sandbox, request.query_params.get("path", "")))
+        listing = await _off_loop(file_routes.list_files, sandbox, request.query_params.get("path", ""))
+        return file_routes.gin_json(listing)
 
     async def _tb_toolbox_files_info(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         return file_routes.gin_json(file_routes.info(sandbox, request.query_params.get("path", "")))
@@ -554,7 +555,7 @@ class DaytonaService:
             location = request.url.path + "/" + ("?" + query if query else "")
             return Response(status_code=307, headers={"Location": location})
         recursive = request.query_params.get("recursive") == "true"  # the daemon compares the string as given
-        file_routes.delete(sandbox, request.query_params.get("path", ""), recursive)
+        await _off_loop(file_routes.delete, sandbox, request.query_params.get("path", ""), recursive)
         return Response(status_code=204)
 
     async def _tb_toolbox_files_folder(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
@@ -564,22 +565,20 @@ class DaytonaService:
 
     async def _tb_toolbox_files_find(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         params = request.query_params
-        return file_routes.gin_json(
-            file_routes.find_in_files(sandbox, params.get("path", ""), params.get("pattern", ""))
-        )
+        found = await _off_loop(file_routes.find_in_files, sandbox, params.get("path", ""), params.get("pattern", ""))
+        return file_routes.gin_json(found)
 
     async def _tb_toolbox_files_search(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         params = request.query_params
-        return file_routes.gin_json(
-            file_routes.search_files(sandbox, params.get("path", ""), params.get("pattern", ""))
-        )
+        found = await _off_loop(file_routes.search_files, sandbox, params.get("path", ""), params.get("pattern", ""))
+        return file_routes.gin_json(found)
 
     async def _tb_toolbox_files_replace(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        return file_routes.gin_json(file_routes.replace_in_files(sandbox, body))
+        return file_routes.gin_json(await _off_loop(file_routes.replace_in_files, sandbox, body))
 
     async def _tb_toolbox_files_move(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         params = request.query_params
-        file_routes.move(sandbox, params.get("source", ""), params.get("destination", ""))
+        await _off_loop(file_routes.move, sandbox, params.get("source", ""), params.get("destination", ""))
         return Response(status_code=200)
 
     async def _tb_toolbox_files_permissions(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
@@ -803,6 +802,15 @@ PROXY_MISSING_AUTH = (
     "key or JWT"
 )
 PROXY_CHECK_REFUSED = "authentication failed: Bearer token validation error: 429 Too Many Requests"
+
+
+_T = TypeVar("_T")
+
+
+async def _off_loop(work: Callable[..., _T], *args: Any) -> _T:
+    """Run a file route's walk of a tree (a listing, a find or search, a replace, a recursive delete, a move) in a
+    worker thread: a big tree would otherwise hold up every other request the server is answering."""
+    return await asyncio.to_thread(work, *args)
 
 
 def _bearer_token(headers: Any) -> str | None:

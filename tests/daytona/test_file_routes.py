@@ -243,3 +243,50 @@ def test_the_sdk_reaches_each_route(sdk_sandbox: Any) -> None:
     with pytest.raises(DaytonaBadRequestError) as refused:
         sandbox.fs.set_file_permissions("src/y.py", mode="rwx")
     assert refused.value.message == "Failed to set file permissions: invalid mode format"
+
+
+@pytest.mark.parametrize(
+    ("name", "method", "route", "params"),
+    [
+        ("find_in_files", "GET", "/files/find", {"path": ".", "pattern": "x"}),
+        ("search_files", "GET", "/files/search", {"path": ".", "pattern": "*"}),
+        ("list_files", "GET", "/files", {"path": "."}),
+    ],
+)
+def test_a_long_walk_holds_up_no_other_request(
+    tb: tuple[httpx.Client, str],
+    api_key: str,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    method: str,
+    route: str,
+    params: dict[str, str],
+) -> None:
+    """A walk of a big tree runs in a worker thread: while one is under way (held here on an event), the server
+    answers other requests."""
+    import threading
+
+    from emulator.daytona import file_routes
+
+    client, prefix = tb
+    entered, release = threading.Event(), threading.Event()
+    walk = getattr(file_routes, name)
+
+    def held_walk(*args: Any) -> Any:
+        entered.set()
+        release.wait(timeout=60)
+        return walk(*args)
+
+    monkeypatch.setattr(file_routes, name, held_walk)
+    answers: list[httpx.Response] = []
+    slow = threading.Thread(target=lambda: answers.append(client.request(method, prefix + route, params=params)))
+    slow.start()
+    try:
+        assert entered.wait(timeout=30)
+        with httpx.Client(base_url=str(client.base_url), headers={"Authorization": f"Bearer {api_key}"}) as other:
+            assert other.get(prefix + "/work-dir", timeout=10).status_code == 200  # answered meanwhile
+    finally:
+        release.set()
+        slow.join(timeout=60)
+    [answer] = answers
+    assert answer.status_code == 200, answer.text
