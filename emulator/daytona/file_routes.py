@@ -11,6 +11,7 @@ routes write bodies of their own.
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import errno
 import json
@@ -78,16 +79,48 @@ def stat_error(error: OSError, op: str, path: str) -> FileError:
     return fs_error(error, f"{op} {path}: {go_errno_text(error)}")
 
 
-def list_files(sandbox: Sandbox, path: str) -> list[dict[str, Any]]:
+#: The later daemon's answer to a ``depth`` that is no integer (``strconv.Atoi``) or is below 1.
+BAD_DEPTH = "depth must be an integer >= 1"
+#: Go's ``int`` on a 64-bit machine: ``strconv.Atoi`` refuses a number outside it (``ErrRange``).
+_GO_INT_MAX = (1 << 63) - 1
+
+
+def list_depth(raw: str | None) -> int:
+    """The listing's ``depth`` as the later daemon's ``ListFiles`` reads it: absent or empty, 1; else
+    ``strconv.Atoi`` (an optional sign and ASCII digits, nothing else: no spaces, no ``_``, no other script's digits,
+    within Go's ``int``), and at least 1. Anything else is 400 :data:`BAD_DEPTH`, before the path is looked at."""
+    if not raw:
+        return 1
+    digits = raw[1:] if raw[0] in "+-" else raw
+    if not digits or not all("0" <= char <= "9" for char in digits):
+        raise FileError(400, BAD_DEPTH)
+    significant = digits.lstrip("0")
+    if len(significant) > len(str(_GO_INT_MAX)):  # past any int (and Python's limit on digits to convert)
+        raise FileError(400, BAD_DEPTH)
+    value = int(significant or "0") * (-1 if raw[0] == "-" else 1)
+    if value < 1 or value > _GO_INT_MAX:
+        raise FileError(400, BAD_DEPTH)
+    return value
+
+
+def list_files(sandbox: Sandbox, path: str, depth: str | None = None) -> list[dict[str, Any]]:
     """``GET /files`` (``ListFiles``): the entries of ``path`` (the working directory, the home, without one), each
     as ``getFileInfo`` makes it, in name order, with its ``path``, ``filepath.Join(path, name)`` (``a.txt`` for an
-    entry of ``.``: Go cleans it); an entry it cannot stat (a link that leads nowhere) left out."""
+    entry of ``.``: Go cleans it); an entry it cannot stat (a link that leads nowhere) left out.
+
+    With ``depth`` above 1 (:func:`list_depth`), the later daemon's ``filepath.WalkDir`` under ``path``: each entry
+    followed at once by its own (pre-order, each directory's names in byte order), down to ``depth`` levels, flat;
+    ``name`` the entry's base name, ``path`` ``filepath.Join`` of the path listed and the entry's path below it.
+    :func:`_walk_listing` says what it enters."""
+    levels = list_depth(depth)
     shown = path or "."
     target = sandbox.home if not path else target_of(sandbox, path, "open")
     try:
         names = sorted(os.listdir(target), key=os.fsencode)  # Go sorts the bytes (not Python's surrogates)
     except OSError as error:
         raise stat_error(error, "open", shown) from None
+    if levels > 1:
+        return _walk_listing(target, shown, levels)
     entries = []
     for name in names:
         try:
@@ -95,6 +128,45 @@ def list_files(sandbox: Sandbox, path: str) -> list[dict[str, Any]]:
             entries.append(file_info(os.path.join(target, name), shown.rstrip("/") + "/" + name, joined))
         except OSError:
             continue
+    return entries
+
+
+def _walk_listing(target: str, shown: str, levels: int) -> list[dict[str, Any]]:
+    """The entries ``filepath.WalkDir`` hands the later daemon's ``listFilesRecursive`` under the directory
+    ``target`` (``shown`` as the client named it), down to ``levels``. The root is entered where it leads (the daemon
+    resolves a link there, so a link to a directory lists as the directory does at depth 1); below it a link is never
+    entered (``WalkDir`` takes an entry's type from the directory, a link's own), though its ``FileInfo`` is of what
+    it leads to (``isDir`` for a link to a directory; one that leads nowhere left out). A directory that cannot be
+    read is listed and not entered (``WalkDir`` hands it on, then its read error, which the daemon answers with
+    ``SkipDir``); one at the last level is not read at all. Iterative: a tree of thousands of levels is no
+    ``RecursionError``."""
+    entries: list[dict[str, Any]] = []
+    # (host path, path as the client sees it, level: 1 for the root's entries), the next to hand on last
+    stack = list(reversed(_entries_below(target, shown, 1)))
+    while stack:
+        host, joined, level, is_dir = stack.pop()
+        with contextlib.suppress(OSError):
+            entries.append(file_info(host, joined, joined))
+        if is_dir and level < levels:
+            stack.extend(reversed(_entries_below(host, joined, level + 1)))
+    return entries
+
+
+def _entries_below(host: str, shown: str, level: int) -> list[tuple[str, str, int, bool]]:
+    """The entries of the directory ``host`` in the order of their names' bytes, as :func:`_walk_listing` stacks
+    them: each with whether it is a directory itself (a link is not); none where the directory cannot be read."""
+    try:
+        with os.scandir(host) as found:
+            below = sorted(found, key=lambda entry: os.fsencode(entry.name))
+    except OSError:
+        return []
+    entries = []
+    for entry in below:
+        try:
+            is_dir = entry.is_dir(follow_symlinks=False)
+        except OSError:
+            is_dir = False
+        entries.append((entry.path, go_clean(shown + "/" + entry.name), level, is_dir))
     return entries
 
 

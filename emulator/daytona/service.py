@@ -540,7 +540,10 @@ class DaytonaService:
         return file_routes.download_one(sandbox, request.query_params.get("path", ""))
 
     async def _tb_toolbox_files_list(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        listing = await _off_loop(file_routes.list_files, sandbox, request.query_params.get("path", ""))
+        depth = request.query_params.getlist("depth")  # gin's ``c.Query``: the first of the key's values
+        listing = await _off_loop(
+            file_routes.list_files, sandbox, request.query_params.get("path", ""), depth[0] if depth else None
+        )
         return file_routes.gin_json(listing)
 
     async def _tb_toolbox_files_info(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
