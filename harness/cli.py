@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -83,6 +84,63 @@ def _executor_config(args: argparse.Namespace) -> object:
     return ExecutorConfig(**kwargs)  # type: ignore[arg-type]
 
 
+#: ``--daytona-latency`` keys: DaytonaConfig's ``create_latency``, ``start_latency`` and ``destroy_latency``.
+DAYTONA_LATENCIES = ("create", "start", "destroy")
+
+
+def parse_daytona_latency(text: str) -> dict[str, float]:
+    """``create=S,start=S,destroy=S`` (any of them) as seconds by key; ValueError says what is wrong."""
+    fields: dict[str, float] = {}
+    for item in text.split(","):
+        key, sep, value = item.strip().partition("=")
+        if not sep or key not in DAYTONA_LATENCIES:
+            known = ", ".join(f"{k}=SECONDS" for k in DAYTONA_LATENCIES)
+            raise ValueError(f"--daytona-latency: {item.strip()!r} is not one of {known}")
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = math.nan
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise ValueError(f"--daytona-latency: {key} must be a number of seconds >= 0, got {value!r}")
+        fields[key] = seconds
+    return fields
+
+
+def parse_failed_auth(text: str) -> tuple[int, float]:
+    """``LIMIT/TTL``: the failed-auth throttler's limit and its window (and block) in seconds."""
+    limit_s, sep, ttl_s = text.partition("/")
+    try:
+        limit, ttl = int(limit_s), float(ttl_s)
+    except ValueError:
+        limit, ttl = 0, math.nan
+    if not sep or limit < 1 or not (math.isfinite(ttl) and ttl > 0):
+        raise ValueError(
+            f"--daytona-failed-auth: {text!r} is not LIMIT/TTL (failures a client may make in TTL seconds, e.g. 5/60)"
+        )
+    return limit, ttl
+
+
+def daytona_config(args: argparse.Namespace) -> object:
+    """The Daytona configuration ``serve``'s options ask for; ValueError for a bad one."""
+    from emulator.daytona import DEFAULT_API_KEY, DaytonaConfig, ThrottlerSpec, tier_throttlers
+    from emulator.daytona.config import FAILED_AUTH
+
+    if args.daytona_api_key is not None and not args.daytona_api_key.strip():
+        raise ValueError("--daytona-api-key must not be empty")
+    throttlers = () if args.daytona_tier == "none" else tier_throttlers(int(args.daytona_tier))
+    if args.daytona_failed_auth:
+        limit, ttl = parse_failed_auth(args.daytona_failed_auth)
+        throttlers = (*throttlers, ThrottlerSpec(FAILED_AUTH, limit, ttl))
+    latencies = parse_daytona_latency(args.daytona_latency) if args.daytona_latency else {}
+    return DaytonaConfig(
+        api_key=args.daytona_api_key or DEFAULT_API_KEY,
+        throttlers=throttlers,
+        create_latency=latencies.get("create", 0.0),
+        start_latency=latencies.get("start", 0.0),
+        destroy_latency=latencies.get("destroy", 0.0),
+    )
+
+
 def _serve(args: argparse.Namespace) -> int:
     from emulator.app import Emulator, EmulatorConfig
     from emulator.executor import ExecutorConfig
@@ -98,16 +156,18 @@ def _serve(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         print(f"sandbox-emulator: --port must be between 0 and 65535, got {args.port}", file=sys.stderr)
         return 2
-    from emulator.daytona import DEFAULT_API_KEY, DaytonaConfig, tier_throttlers
+    from emulator.daytona import DaytonaConfig
 
-    if args.daytona_api_key is not None and not args.daytona_api_key.strip():
-        print("sandbox-emulator: --daytona-api-key must not be empty", file=sys.stderr)
+    try:
+        daytona = daytona_config(args)
+    except ValueError as exc:
+        print(f"sandbox-emulator: {exc}", file=sys.stderr)
         return 2
+    assert isinstance(daytona, DaytonaConfig)
     executor_config = _executor_config(args)
     assert isinstance(executor_config, ExecutorConfig)
-    daytona_key = args.daytona_api_key or DEFAULT_API_KEY
-    throttlers = () if args.daytona_tier == "none" else tier_throttlers(int(args.daytona_tier))
-    config = EmulatorConfig(executor=executor_config, daytona=DaytonaConfig(api_key=daytona_key, throttlers=throttlers))
+    daytona_key = daytona.api_key
+    config = EmulatorConfig(executor=executor_config, daytona=daytona)
     try:
         emulator = Emulator(config, faults=args.faults)
     except (FaultPlanError, OSError, ValueError) as exc:
@@ -166,6 +226,17 @@ def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
         choices=["1", "2", "3", "4", "none"],
         default="1",
         help="the Daytona API's rate limits (its throttlers and their headers): a tier's, or none (default: 1)",
+    )
+    serve.add_argument(
+        "--daytona-latency",
+        metavar="create=S,start=S,destroy=S",
+        help="seconds a Daytona sandbox stays creating, starting, and found after its delete (default: 0 each)",
+    )
+    serve.add_argument(
+        "--daytona-failed-auth",
+        metavar="LIMIT/TTL",
+        help="the Daytona API's failed-auth throttler: the LIMIT-th refused key in TTL seconds blocks the client "
+        "for TTL seconds (default: off, as the API's)",
     )
     serve.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     _add_runtime_options(serve)

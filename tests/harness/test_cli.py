@@ -181,3 +181,40 @@ def test_serve_stops_on_sigterm_with_a_request_held_by_a_latency(tmp_path: Path)
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_serve_refuses_a_bad_daytona_latency_or_failed_auth() -> None:
+    for extra, message in [
+        (("--daytona-latency", "create=-1"), "--daytona-latency: create must be a number of seconds >= 0, got '-1'"),
+        (("--daytona-latency", "create=soon"), "--daytona-latency: create must be a number of seconds >= 0"),
+        (("--daytona-latency", "build=2"), "--daytona-latency: 'build=2' is not one of create=SECONDS"),
+        (("--daytona-latency", "create=inf"), "--daytona-latency: create must be a number of seconds >= 0"),
+        (("--daytona-failed-auth", "5"), "--daytona-failed-auth: '5' is not LIMIT/TTL"),
+        (("--daytona-failed-auth", "0/60"), "--daytona-failed-auth: '0/60' is not LIMIT/TTL"),
+        (("--daytona-failed-auth", "5/nan"), "is not LIMIT/TTL"),
+    ]:
+        result = _run("serve", "--port", "0", *extra)
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_daytona_options_reach_the_emulated_api() -> None:
+    """The options as the served API applies them: a creation that stays ``creating``, a deleted sandbox still found,
+    the failed-auth throttler's 429 on the second refused key."""
+    proc = _serve("--daytona-latency", "create=30,destroy=30", "--daytona-failed-auth", "2/60")
+    try:
+        base = _base(proc)
+        assert proc.stdout is not None
+        key = re.search(r"DAYTONA_API_KEY=(\S+)", proc.stdout.readline())
+        assert key
+        headers = {"Authorization": f"Bearer {key.group(1)}"}
+        made = requests.post(base + "/api/sandbox", json={}, headers=headers, timeout=30).json()
+        assert made["state"] == "creating"
+        refused = requests.delete(f"{base}/api/sandbox/{made['id']}", headers=headers, timeout=30)
+        assert refused.status_code == 409  # between states
+        wrong = {"Authorization": "Bearer wrong"}
+        assert requests.get(base + "/api/sandbox", headers=wrong, timeout=30).status_code == 401
+        assert requests.get(base + "/api/sandbox", headers=wrong, timeout=30).status_code == 429
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
