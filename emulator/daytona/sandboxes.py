@@ -334,7 +334,8 @@ class SandboxStore:
             raise ApiError(400, f"{message}\n{_UPGRADE_TIER}")
 
     def find(self, id_or_name: str) -> Sandbox | None:
-        """The live sandbox with this id or name (timers applied), else None."""
+        """The live sandbox with this id or name (timers applied), else None. An errored sandbox being deleted is
+        not found, as the API's ``findOneByIdOrName`` has it (a listing shows it with ``includeErroredDeleted``)."""
         with self._lock:
             sandbox = self._sandboxes.get(id_or_name)
             if sandbox is None:
@@ -342,7 +343,10 @@ class SandboxStore:
             if sandbox is None:
                 return None
             self._advance(sandbox, self._now())
-            return self._sandboxes.get(sandbox.id)
+            found = self._sandboxes.get(sandbox.id)
+            if found is not None and found.desired_state == "destroyed" and found.state in ("error", "build_failed"):
+                return None
+            return found
 
     def get(self, id_or_name: str) -> Sandbox:
         sandbox = self.find(id_or_name)

@@ -351,3 +351,25 @@ def test_a_deleted_sandbox_stays_found_until_its_teardown_with_a_destroy_latency
         assert httpx.get(url, headers=headers).status_code == 404
         assert httpx.delete(url, headers=headers).status_code == 404
         assert [i["name"] for i in httpx.get(server.url + "/sandbox", headers=headers).json()["items"]] == ["box"]
+
+
+def test_an_errored_sandbox_being_deleted_is_not_found() -> None:
+    """The API's ``findOneByIdOrName``: an errored sandbox whose desired state is destroyed is a 404 at once, and a
+    listing shows it only with ``includeErroredDeleted``, while its teardown (``destroy_latency``) is pending."""
+    import httpx
+
+    from emulator.app import Emulator, EmulatorConfig
+
+    clock = _SteppedClock()
+    emulator = Emulator(EmulatorConfig(daytona=_config(destroy_latency=5)), clock=clock)
+    with EmulatorServer(emulator) as server:
+        headers = {"Authorization": f"Bearer {KEY}"}
+        server.emulator.daytona.store.fail_next_creates(1, "error", "boom")
+        broken = httpx.post(server.url + "/sandbox", json={}, headers=headers).json()
+        url = f"{server.url}/sandbox/{broken['id']}"
+        assert httpx.delete(url, headers=headers).json()["state"] == "error"
+        assert httpx.get(url, headers=headers).status_code == 404
+        assert httpx.delete(url, headers=headers).status_code == 404
+        assert httpx.get(server.url + "/sandbox", headers=headers).json()["items"] == []
+        shown = httpx.get(server.url + "/sandbox", params={"includeErroredDeleted": "true"}, headers=headers).json()
+        assert [item["id"] for item in shown["items"]] == [broken["id"]]
