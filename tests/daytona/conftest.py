@@ -44,6 +44,22 @@ def api_key() -> str:
     return DEFAULT_API_KEY
 
 
+class SteppedClock:
+    """The emulator's clock (``monotonic``, ``sleep``; callable as the store's ``now``), moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def make_server(config: EmulatedDaytona) -> EmulatorServer:
     """A separate emulator with its own Daytona configuration (use as a context manager)."""
     return EmulatorServer(Emulator(EmulatorConfig(daytona=config)))

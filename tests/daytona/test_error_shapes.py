@@ -34,6 +34,24 @@ def _error(response: httpx.Response, status: int) -> ErrorResponse:
     return parsed
 
 
+def _handshake(server: EmulatorServer, path: str, key: str) -> tuple[int, str]:
+    """A WebSocket upgrade request to ``path`` with ``key``: the status and body of the denial."""
+    upgrade = {
+        "Authorization": f"Bearer {key}",
+        "Upgrade": "websocket",
+        "Connection": "Upgrade",
+        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        "Sec-WebSocket-Version": "13",
+    }
+    connection = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=30)
+    try:
+        connection.request("GET", path, headers=upgrade)
+        denial = connection.getresponse()
+        return denial.status, denial.read().decode()
+    finally:
+        connection.close()
+
+
 def _sandbox(client: httpx.Client) -> str:
     created = client.post("/api/sandbox", json={})
     assert created.status_code == 200, created.text
@@ -153,20 +171,7 @@ def test_a_refused_interpreter_handshake_parses(server: EmulatorServer, api_key:
     sid = _sandbox(client)
     server.emulator.set_faults({"rules": [{"route": "daytona.interpreter.execute", "fault": 503}]})
     path = f"/toolbox/{sid}/process/interpreter/execute"
-    upgrade = {
-        "Authorization": f"Bearer {api_key}",
-        "Upgrade": "websocket",
-        "Connection": "Upgrade",
-        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
-        "Sec-WebSocket-Version": "13",
-    }
-    connection = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=30)
-    try:
-        connection.request("GET", path, headers=upgrade)
-        denial = connection.getresponse()
-        status, text = denial.status, denial.read().decode()
-    finally:
-        connection.close()
+    status, text = _handshake(server, path, api_key)
     assert status == 503
     parsed = ErrorResponse.from_json(text)
     assert parsed is not None and parsed.path == path and parsed.method == "GET"
@@ -224,21 +229,7 @@ def test_a_refused_key_is_answered_by_the_api_and_by_the_toolbox_proxy_as_each_d
     assert missing.message.startswith("missing authentication: provide a preview access token")
     assert missing.method == "POST"
 
-    path = f"{tb}/process/interpreter/execute"
-    upgrade = {
-        "Authorization": "Bearer wrong",
-        "Upgrade": "websocket",
-        "Connection": "Upgrade",
-        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
-        "Sec-WebSocket-Version": "13",
-    }
-    connection = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=30)
-    try:
-        connection.request("GET", path, headers=upgrade)
-        denial = connection.getresponse()
-        status, text = denial.status, denial.read().decode()
-    finally:
-        connection.close()
+    status, text = _handshake(server, f"{tb}/process/interpreter/execute", "wrong")
     assert status == 401
     handshake = ErrorResponse.from_json(text)
     assert handshake is not None and handshake.message == "authentication failed: Bearer token is invalid"

@@ -24,7 +24,7 @@ from emulator.daytona import Quotas, ThrottlerSpec
 from emulator.daytona.config import DaytonaConfig as EmulatedDaytona
 from emulator.server import EmulatorServer
 
-from .conftest import make_server
+from .conftest import SteppedClock, make_server
 
 KEY = "k-test"
 
@@ -255,19 +255,6 @@ def test_start_and_stop_refuse_what_the_api_refuses() -> None:
         assert httpx.get(f"{server.url}/sandbox/{creating['id']}", headers=headers).json()["state"] == "creating"
 
 
-class _SteppedClock:
-    """The emulator's clock, moved by the test (only the store's timers read it here)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def test_delete_answers_the_soft_deleted_sandbox_and_frees_its_name() -> None:
     """The API's ``destroy``: the answer is the sandbox with its state as it was, ``desiredState`` destroyed and the
     name renamed ``DESTROYED_<name>_<epoch ms>`` (which the SDK copies into ``sandbox.name``); the name is free at
@@ -308,7 +295,7 @@ def test_deleting_a_sandbox_between_states_is_a_409_until_it_settles() -> None:
 
     from emulator.app import Emulator, EmulatorConfig
 
-    clock = _SteppedClock()
+    clock = SteppedClock()
     emulator = Emulator(EmulatorConfig(daytona=_config(create_latency=30)), clock=clock)
     with EmulatorServer(emulator) as server:
         headers = {"Authorization": f"Bearer {KEY}"}
@@ -333,7 +320,7 @@ def test_a_deleted_sandbox_stays_found_until_its_teardown_with_a_destroy_latency
 
     from emulator.app import Emulator, EmulatorConfig
 
-    clock = _SteppedClock()
+    clock = SteppedClock()
     emulator = Emulator(EmulatorConfig(daytona=_config(destroy_latency=5)), clock=clock)
     with EmulatorServer(emulator) as server:
         headers = {"Authorization": f"Bearer {KEY}"}
@@ -360,7 +347,7 @@ def test_an_errored_sandbox_being_deleted_is_not_found() -> None:
 
     from emulator.app import Emulator, EmulatorConfig
 
-    clock = _SteppedClock()
+    clock = SteppedClock()
     emulator = Emulator(EmulatorConfig(daytona=_config(destroy_latency=5)), clock=clock)
     with EmulatorServer(emulator) as server:
         headers = {"Authorization": f"Bearer {KEY}"}

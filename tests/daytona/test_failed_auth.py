@@ -20,31 +20,17 @@ from emulator.daytona.config import DaytonaConfig as EmulatedDaytona
 from emulator.daytona.failed_auth import FailedAuth, ProxyTokenCache
 from emulator.server import EmulatorServer
 
+from .conftest import SteppedClock
+
 KEY = "k-right"
 GOOD = {"Authorization": f"Bearer {KEY}"}
 BAD = {"Authorization": "Bearer k-wrong"}
 LIMIT, TTL = 5, 60.0
 
 
-class _Clock:
-    """The emulator's clock, moved by the test."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture(scope="module")
-def served() -> Iterator[tuple[EmulatorServer, _Clock]]:
-    clock = _Clock()
+def served() -> Iterator[tuple[EmulatorServer, SteppedClock]]:
+    clock = SteppedClock()
     throttlers = (*tier_throttlers(1), ThrottlerSpec(FAILED_AUTH, LIMIT, TTL))
     emulator = Emulator(EmulatorConfig(daytona=EmulatedDaytona(api_key=KEY, throttlers=throttlers)), clock=clock)
     with EmulatorServer(emulator) as server:
@@ -52,7 +38,7 @@ def served() -> Iterator[tuple[EmulatorServer, _Clock]]:
 
 
 @pytest.fixture
-def server(served: tuple[EmulatorServer, _Clock]) -> Iterator[EmulatorServer]:
+def server(served: tuple[EmulatorServer, SteppedClock]) -> Iterator[EmulatorServer]:
     server, clock = served
     server.emulator.reset()
     clock.now = 1000.0
@@ -61,7 +47,7 @@ def server(served: tuple[EmulatorServer, _Clock]) -> Iterator[EmulatorServer]:
 
 
 @pytest.fixture
-def clock(served: tuple[EmulatorServer, _Clock]) -> _Clock:
+def clock(served: tuple[EmulatorServer, SteppedClock]) -> SteppedClock:
     return served[1]
 
 
@@ -74,7 +60,7 @@ def _get(server: EmulatorServer, headers: dict[str, str], path: str = "/api/sand
 
 
 def test_the_limit_th_failure_is_a_429_that_blocks_the_client_even_with_the_right_key(
-    server: EmulatorServer, clock: _Clock
+    server: EmulatorServer, clock: SteppedClock
 ) -> None:
     for hit in range(1, LIMIT):
         clock.now = 1000.0 + hit  # the window opened at the first failure, t=1
@@ -136,7 +122,7 @@ def test_the_limit_th_failure_is_a_429_that_blocks_the_client_even_with_the_righ
 
 
 def test_a_success_resets_nothing_and_each_window_counts_from_its_first_failure(
-    server: EmulatorServer, clock: _Clock
+    server: EmulatorServer, clock: SteppedClock
 ) -> None:
     for _ in range(LIMIT - 1):
         assert _get(server, BAD).status_code == 401
@@ -166,7 +152,7 @@ def _remaining(server: EmulatorServer) -> str:
 
 
 def test_the_toolbox_proxy_checks_keys_through_the_api_and_keeps_its_answers(
-    server: EmulatorServer, clock: _Clock
+    server: EmulatorServer, clock: SteppedClock
 ) -> None:
     a, b = (httpx.post(server.url + "/api/sandbox", json={}, headers=GOOD).json()["id"] for _ in range(2))
     assert _toolbox(server, a, GOOD) == 200  # the proxy keeps this yes for 2 minutes
@@ -199,7 +185,9 @@ def test_the_toolbox_proxy_checks_keys_through_the_api_and_keeps_its_answers(
     assert _toolbox(server, a, GOOD) == 200
 
 
-def test_the_sdk_sees_authentication_errors_then_a_rate_limit_error(server: EmulatorServer, clock: _Clock) -> None:
+def test_the_sdk_sees_authentication_errors_then_a_rate_limit_error(
+    server: EmulatorServer, clock: SteppedClock
+) -> None:
     async def wrong_keys() -> DaytonaRateLimitError:
         async with AsyncDaytona(DaytonaConfig(api_url=server.url + "/api", api_key="k-wrong")) as wrong:
             for _ in range(LIMIT - 1):
@@ -237,7 +225,7 @@ def test_the_sdk_sees_authentication_errors_then_a_rate_limit_error(server: Emul
 
 def test_the_throttler_is_off_unless_configured_and_a_limit_of_0_turns_it_off() -> None:
     assert FAILED_AUTH not in {spec.name for spec in EmulatedDaytona().throttlers}  # the API's env is empty
-    clock = _Clock()
+    clock = SteppedClock()
     for spec in (None, ThrottlerSpec(FAILED_AUTH, 0, TTL)):
         off = FailedAuth(spec, clock)
         assert not off.enabled and off.failed("ip") == (False, []) and off.blocked("ip") is None
