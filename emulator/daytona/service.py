@@ -798,13 +798,14 @@ async def _leaves_before(websocket: WebSocket, deadline: float) -> bool:
 #: The API's 401 (its GlobalAuthGuard, since 2026-03: passport's bare ``Unauthorized`` before).
 INVALID_CREDENTIALS = "Invalid credentials"
 #: The toolbox proxy's 401s (its ``Authenticate``): a bearer key the API does not accept for the sandbox, no key at
-#: all, and a check the API answered with an error (its failed-auth 429; the Go client's error text).
-PROXY_INVALID_BEARER = "authentication failed: Bearer token is invalid"
+#: all, and a check the API answered with an error (its failed-auth 429; the Go client's error text); each after the
+#: ``unauthorized: `` of common-go's ``NewUnauthorizedError``, whose message the error middleware sends as it is.
+PROXY_INVALID_BEARER = "unauthorized: authentication failed: Bearer token is invalid"
 PROXY_MISSING_AUTH = (
-    "missing authentication: provide a preview access token (via header, query parameter, or cookie) or use an API "
-    "key or JWT"
+    "unauthorized: missing authentication: provide a preview access token (via header, query parameter, or cookie) "
+    "or use an API key or JWT"
 )
-PROXY_CHECK_REFUSED = "authentication failed: Bearer token validation error: 429 Too Many Requests"
+PROXY_CHECK_REFUSED = "unauthorized: authentication failed: Bearer token validation error: 429 Too Many Requests"
 
 
 _T = TypeVar("_T")

@@ -382,7 +382,9 @@ class SessionShells:
         log as stdout unless the command suppresses it. Only the running asynchronous command has a stdin to write
         to (the daemon's FIFO exists from the command's start to its end)."""
         if command.exit_code is not None:
-            raise ApiError(410, f"command has already completed with exit code {command.exit_code}")
+            # The code the SDK 0.226 raises DaytonaCommandAlreadyCompletedError for (the daemon at 8b6f9b14a: GONE).
+            message = f"command has already completed with exit code {command.exit_code}"
+            raise ApiError(410, message, "COMMAND_ALREADY_COMPLETED")
         if not data.endswith("\n"):
             data += "\n"
         payload = data.encode("utf-8", "surrogateescape")

@@ -220,16 +220,16 @@ def test_a_refused_key_is_answered_by_the_api_and_by_the_toolbox_proxy_as_each_d
 
     tb = f"/toolbox/{_sandbox(client)}"
     wrong = _error(client.get(tb + "/work-dir", headers={"Authorization": "Bearer wrong"}), 401)
-    assert (wrong.message, wrong.method) == ("authentication failed: Bearer token is invalid", "GET")
+    assert (wrong.message, wrong.method) == ("unauthorized: authentication failed: Bearer token is invalid", "GET")
     body = client.get(tb + "/work-dir", headers={"Authorization": "Bearer wrong"}).json()
     assert list(body) == ["statusCode", "message", "code", "timestamp", "path", "method"]
     assert body["code"] == "UNAUTHORIZED"
     with httpx.Client(base_url=server.url, timeout=30) as anonymous:
         missing = _error(anonymous.post(tb + "/process/execute", json={"command": "true"}), 401)
-    assert missing.message.startswith("missing authentication: provide a preview access token")
+    assert missing.message.startswith("unauthorized: missing authentication: provide a preview access token")
     assert missing.method == "POST"
 
     status, text = _handshake(server, f"{tb}/process/interpreter/execute", "wrong")
     assert status == 401
     handshake = ErrorResponse.from_json(text)
-    assert handshake is not None and handshake.message == "authentication failed: Bearer token is invalid"
+    assert handshake is not None and handshake.message == "unauthorized: authentication failed: Bearer token is invalid"

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from daytona import AsyncDaytona, Daytona, DaytonaConfig, SessionExecuteRequest
+from daytona.common.errors import DaytonaCommandAlreadyCompletedError
 
 from emulator.daytona.config import DaytonaConfig as EmulatedDaytona
 from emulator.daytona.session_shell import STDERR_PREFIX, STDOUT_PREFIX, demux, output_shape
@@ -149,6 +150,8 @@ def test_the_sdk_reads_sessions(api_url: str, api_key: str) -> None:
         assert ran.output == f"{STDOUT_PREFIX}42\n"  # what the real daemon sends the SDK 0.226
         logs = sandbox.process.get_session_command_logs("work", ran.cmd_id)
         assert logs.stdout == "42\n"
+        with pytest.raises(DaytonaCommandAlreadyCompletedError, match="already completed with exit code 0"):
+            sandbox.process.send_session_command_input("work", ran.cmd_id, "late")
     finally:
         sandbox.delete()
 
@@ -287,6 +290,7 @@ def test_input_reaches_the_running_asynchronous_command_and_is_echoed(session: t
     assert _exec(session, "echo after")["stdout"] == "after\n"  # the shell ran both before this one
     late = send(echoed, "more")
     assert (late.status_code, late.json()["message"]) == (410, "command has already completed with exit code 0")
+    assert late.json()["code"] == "COMMAND_ALREADY_COMPLETED"  # the SDK's DaytonaCommandAlreadyCompletedError
     logs = [client.get(f"{prefix}/command/{c}/logs", headers=SDK).json()["stdout"] for c in (echoed, queued)]
     assert logs == ["one\ngot one\n", "got two\n"]
 
