@@ -56,8 +56,11 @@ def uint32_field(body: dict[str, Any], name: str, struct: str, prefix: str = "in
     return value
 
 
-def envs_field(body: dict[str, Any], struct: str, prefix: str = "invalid request body: ") -> dict[str, str]:
-    """A ``map[string]string`` of environment variables, each name one the daemon's ``ValidateEnvKeys`` takes."""
+def envs_field(
+    body: dict[str, Any], struct: str, prefix: str = "invalid request body: ", *, refused: str = ""
+) -> dict[str, str]:
+    """A ``map[string]string`` of environment variables, each name one the daemon's ``ValidateEnvKeys`` takes; a name
+    it refuses is a 400 whose message starts with ``refused`` (the prefix of the handler's typed error)."""
     value = body.get("envs")
     if value is None:
         return {}
@@ -70,7 +73,7 @@ def envs_field(body: dict[str, Any], struct: str, prefix: str = "invalid request
         envs[key] = item or ""
     for key in envs:
         if not _ENV_NAME.match(key):
-            raise ApiError(400, f"invalid environment variable name: '{key}'")
+            raise ApiError(400, f"{refused}invalid environment variable name: '{key}'")
     return envs
 
 

@@ -333,7 +333,9 @@ class DaytonaService:
                     await self._ensure_home(sandbox)
                     result = await operation(sandbox, request, body)
                 except CommandTimeout:
-                    return daemon_error(408, "command execution timeout", path, request.method, "REQUEST_TIMEOUT"), {}
+                    return daemon_error(
+                        408, "request timeout: command execution timeout", path, request.method, "REQUEST_TIMEOUT"
+                    ), {}
                 except SandboxGone:  # its processes went with it; the toolbox proxy has no daemon left to ask
                     message = "the sandbox was stopped while the command ran"
                     return daemon_error(502, message, path, request.method, "BAD_GATEWAY"), {}
@@ -527,7 +529,7 @@ class DaytonaService:
         if context_id == "default":
             raise ApiError(400, "cannot delete default context")
         if not self.interpreters.delete(sandbox.id, context_id):
-            raise ApiError(404, f"context with ID '{context_id}' not found")
+            raise ApiError(404, f"not found: context with ID '{context_id}' not found")
         return {"message": "Context deleted successfully"}
 
     async def _tb_toolbox_files_upload(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:

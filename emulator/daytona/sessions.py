@@ -342,7 +342,9 @@ class SessionShells:
         session.commands[command.id] = command
         process = session.process
         if process is None or process.stdin is None or not session.shell_alive:
-            raise ApiError(500, "failed to execute command: failed to write command: write |1: broken pipe")
+            raise ApiError(
+                500, "failed to execute command: bad request: failed to write command: write |1: broken pipe"
+            )
         command.script = os.path.join(session.directory, command.id + ".sh")
         try:
             fd = os.open(command.script, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -351,7 +353,9 @@ class SessionShells:
             finally:
                 os.close(fd)
         except OSError as exc:
-            raise ApiError(400, f"failed to execute command: failed to write command file: {exc.strerror}") from None
+            raise ApiError(
+                500, f"failed to execute command: bad request: failed to write command file: {exc.strerror}"
+            ) from None
         if session.uid is not None:  # another holder (a second session, a context) may have the home meanwhile
             await self._start.hand_over(session.home, session.uid)
         session.queue.append(command)
@@ -360,7 +364,9 @@ class SessionShells:
             await process.stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
             session.queue.remove(command)
-            raise ApiError(500, "failed to execute command: failed to write command: write |1: broken pipe") from None
+            raise ApiError(
+                500, "failed to execute command: bad request: failed to write command: write |1: broken pipe"
+            ) from None
         return command
 
     async def wait(self, session: Session, command: SessionCommand) -> None:
@@ -383,14 +389,16 @@ class SessionShells:
         to (the daemon's FIFO exists from the command's start to its end)."""
         if command.exit_code is not None:
             # The code the SDK 0.226 raises DaytonaCommandAlreadyCompletedError for (the daemon at 8b6f9b14a: GONE).
-            message = f"command has already completed with exit code {command.exit_code}"
+            message = f"gone: command has already completed with exit code {command.exit_code}"
             raise ApiError(410, message, "COMMAND_ALREADY_COMPLETED")
         if not data.endswith("\n"):
             data += "\n"
         payload = data.encode("utf-8", "surrogateescape")
         running = session.queue and session.queue[0] is command and command.run_async
         if not running or not session.shell_alive or session.input_w is None:
-            raise ApiError(500, "failed to open input pipe: open input.pipe: no such file or directory")
+            raise ApiError(
+                500, "internal server error: failed to open input pipe: open input.pipe: no such file or directory"
+            )
         if not command.suppress_input_echo:  # echoed first (the daemon echoes right after): ahead of any answer
             room = session.log_limit - len(command.log)
             if room > 0:
@@ -480,7 +488,7 @@ async def _write_while(fd: int, payload: bytes, done: asyncio.Event, cancelled: 
         except BlockingIOError:
             pass
         except OSError as exc:
-            raise ApiError(500, f"failed to write to input pipe: {exc.strerror}") from None
+            raise ApiError(500, f"internal server error: failed to write to input pipe: {exc.strerror}") from None
         writable: asyncio.Future[None] = loop.create_future()
         loop.add_writer(fd, _settle, writable)
         ending = asyncio.ensure_future(done.wait())

@@ -181,14 +181,15 @@ class Toolbox:
     async def execute(self, sandbox: Sandbox, body: dict[str, Any]) -> dict[str, Any]:
         """``/process/execute`` as the daemon's handler: the body bound to its types, then the command checked, then
         the env names; a ``cwd`` the shell cannot start in is exit code -1 with the start's error, HTTP 200."""
-        command = string_field(body, "command", "ExecuteRequest") or ""
-        seconds = uint32_field(body, "timeout", "ExecuteRequest")
-        cwd = string_field(body, "cwd", "ExecuteRequest")
-        envs = envs_field(body, "ExecuteRequest")
+        prefix = "bad request: invalid request body: "  # NewBadRequestError(fmt.Errorf("invalid request body: %w"))
+        command = string_field(body, "command", "ExecuteRequest", prefix) or ""
+        seconds = uint32_field(body, "timeout", "ExecuteRequest", prefix)
+        cwd = string_field(body, "cwd", "ExecuteRequest", prefix)
+        envs = envs_field(body, "ExecuteRequest", prefix, refused="bad request: ")
         if not command:  # the binding's validate:"required"
-            raise ApiError(400, "invalid request body: " + _required("ExecuteRequest", "Command"))
+            raise ApiError(400, prefix + _required("ExecuteRequest", "Command"))
         if not command.strip():
-            raise ApiError(400, "command cannot be empty or whitespace-only")
+            raise ApiError(400, "bad request: command cannot be empty or whitespace-only")
         if cwd and not is_dir(resolve(sandbox, cwd)):
             return {"exitCode": -1, "result": _start_error(resolve(sandbox, cwd))}
         try:
@@ -200,7 +201,7 @@ class Toolbox:
     async def code_run(self, sandbox: Sandbox, body: dict[str, Any], python: str) -> dict[str, Any]:
         """``/process/code-run`` as the daemon's handler: ``language`` is required and is one of its toolboxes'
         names (``python``; ``javascript`` and ``typescript`` are not emulated)."""
-        prefix = ""  # the daemon's invalid-body error carries Go's message alone
+        prefix = "invalid body request: "  # the binding's error through NewInvalidBodyRequestError
         code = string_field(body, "code", "CodeRunRequest", prefix) or ""
         language = string_field(body, "language", "CodeRunRequest", prefix) or ""
         argv_extra = body.get("argv")
@@ -209,15 +210,15 @@ class Toolbox:
         for item in argv_extra or []:
             if not isinstance(item, str):
                 raise type_error(prefix, item, "CodeRunRequest", "argv", "string")
-        envs = envs_field(body, "CodeRunRequest", prefix)
+        envs = envs_field(body, "CodeRunRequest", prefix, refused="bad request: ")
         timeout = self._timeout(uint32_field(body, "timeout", "CodeRunRequest", prefix))
         missing = [
             _required("CodeRunRequest", name) for name, value in (("Code", code), ("Language", language)) if not value
         ]
         if missing:  # the binding's validate:"required", every failing field on a line of its own
-            raise ApiError(400, "\n".join(missing), "INVALID_REQUEST_BODY")
+            raise ApiError(400, prefix + "\n".join(missing), "INVALID_REQUEST_BODY")
         if language != "python":
-            raise ApiError(400, f"unsupported language: {language}")
+            raise ApiError(400, f"bad request: unsupported language: {language}")
         env = self._envs(sandbox, envs)
         # As the daemon runs it: ``python3 -u - <argv>`` reading the code from its stdin (``<stdin>`` in tracebacks,
         # ``sys.argv[0] == '-'``, an empty stdin left to the code); the fast path when there is no argv.
@@ -239,19 +240,20 @@ class Toolbox:
     def session(self, sandbox: Sandbox, session_id: str) -> Session:
         session = self.sessions(sandbox).get(session_id)
         if session is None:
-            raise ApiError(404, "session not found")
+            raise ApiError(404, "not found: session not found")
         return session
 
     async def create_session(self, sandbox: Sandbox, body: dict[str, Any]) -> None:
         """The session's shell starts now, as the daemon's does."""
-        session_id = string_field(body, "sessionId", "CreateSessionRequest", "")
+        prefix = "invalid body request: "  # the binding's error through NewInvalidBodyRequestError
+        session_id = string_field(body, "sessionId", "CreateSessionRequest", prefix)
         if not session_id:
-            raise ApiError(400, _required("CreateSessionRequest", "SessionId"), "INVALID_REQUEST_BODY")
+            raise ApiError(400, prefix + _required("CreateSessionRequest", "SessionId"), "INVALID_REQUEST_BODY")
         if session_id == ENTRYPOINT_SESSION:
-            raise ApiError(400, "provided session ID is reserved and cannot be created/overridden")
+            raise ApiError(400, "bad request: provided session ID is reserved and cannot be created/overridden")
         sessions = self.sessions(sandbox)
         if session_id in sessions:
-            raise ApiError(409, "session already exists")
+            raise ApiError(409, "conflict: session already exists")
         session = Session(session_id)
         sessions[session_id] = session
         executor = await self._executor()
@@ -267,7 +269,7 @@ class Toolbox:
 
     async def delete_session(self, sandbox: Sandbox, session_id: str) -> None:
         if session_id == ENTRYPOINT_SESSION:
-            raise ApiError(400, "can't delete entrypoint session")
+            raise ApiError(400, "bad request: can't delete entrypoint session")
         session = self.session(sandbox, session_id)
         await self.shells.delete(session)
         if self.sessions(sandbox).get(session_id) is session:
@@ -275,7 +277,7 @@ class Toolbox:
 
     async def session_exec(self, sandbox: Sandbox, session_id: str, body: dict[str, Any]) -> dict[str, Any]:
         if session_id == ENTRYPOINT_SESSION:
-            raise ApiError(400, "can't execute command in entrypoint session")
+            raise ApiError(400, "bad request: can't execute command in entrypoint session")
         command_text = string_field(body, "command", "SessionExecuteRequest") or ""
         for flag in ("runAsync", "async", "suppressInputEcho"):
             if body.get(flag) is not None and not isinstance(body.get(flag), bool):
@@ -284,7 +286,8 @@ class Toolbox:
             raise ApiError(400, "command cannot be empty")
         session = self.sessions(sandbox).get(session_id)
         if session is None:
-            raise ApiError(500, "failed to execute command: session not found")
+            # the service's NotFoundError wrapped by the handler's fmt.Errorf: the default handler's 500
+            raise ApiError(500, "failed to execute command: not found: session not found")
         run_async = bool(body.get("runAsync") or body.get("async"))
         command = await self.shells.execute(session, command_text, run_async, bool(body.get("suppressInputEcho")))
         if run_async:
@@ -295,20 +298,21 @@ class Toolbox:
             if str(gone) == "sandbox":
                 raise SandboxGone from None
             command.exit_code = 1  # as the daemon marks the command it was waiting on
-            raise ApiError(500, "failed to execute command: session cancelled") from None
+            raise ApiError(500, "failed to execute command: bad request: session cancelled") from None
         return {"cmdId": command.id, "exitCode": command.exit_code, COMMAND: command}
 
     async def send_input(self, sandbox: Sandbox, session_id: str, command_id: str, body: dict[str, Any]) -> None:
         if session_id == ENTRYPOINT_SESSION:
-            raise ApiError(400, "can't send input to entrypoint session")
-        data = string_field(body, "data", "SessionSendInputRequest", "")
+            raise ApiError(400, "bad request: can't send input to entrypoint session")
+        prefix = "invalid body request: "  # the binding's error through NewInvalidBodyRequestError
+        data = string_field(body, "data", "SessionSendInputRequest", prefix)
         if not data:
-            raise ApiError(400, _required("SessionSendInputRequest", "Data"), "INVALID_REQUEST_BODY")
+            raise ApiError(400, prefix + _required("SessionSendInputRequest", "Data"), "INVALID_REQUEST_BODY")
         session = self.session(sandbox, session_id)
         await self.shells.send_input(session, self.command(sandbox, session_id, command_id), data)
 
     def command(self, sandbox: Sandbox, session_id: str, command_id: str) -> SessionCommand:
         command = self.session(sandbox, session_id).commands.get(command_id)
         if command is None:
-            raise ApiError(404, "command not found")
+            raise ApiError(404, "not found: command not found")
         return command

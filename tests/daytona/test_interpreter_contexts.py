@@ -60,6 +60,9 @@ def test_deleting_a_context_answers_as_the_daemon(tb: tuple[httpx.Client, str]) 
     deleted = client.delete(prefix + f"/process/interpreter/context/{context['id']}")
     assert (deleted.status_code, deleted.json()) == (200, {"message": "Context deleted successfully"})
     again = client.delete(prefix + f"/process/interpreter/context/{context['id']}")
-    assert (again.status_code, again.json()["message"]) == (404, f"context with ID '{context['id']}' not found")
+    assert (again.status_code, again.json()["message"]) == (
+        404,
+        f"not found: context with ID '{context['id']}' not found",
+    )
     default = client.delete(prefix + "/process/interpreter/context/default")
     assert (default.status_code, default.json()["message"]) == (400, "cannot delete default context")

@@ -15,7 +15,11 @@ from typing import Any
 import httpx
 import pytest
 from daytona import AsyncDaytona, Daytona, DaytonaConfig, SessionExecuteRequest
-from daytona.common.errors import DaytonaCommandAlreadyCompletedError
+from daytona.common.errors import (
+    DaytonaCommandAlreadyCompletedError,
+    DaytonaConflictError,
+    DaytonaNotFoundError,
+)
 
 from emulator.daytona.config import DaytonaConfig as EmulatedDaytona
 from emulator.daytona.session_shell import STDERR_PREFIX, STDOUT_PREFIX, demux, output_shape
@@ -82,7 +86,7 @@ def test_an_exit_ends_the_shell_and_every_later_command(
     refused = client.post(prefix + "/exec", json={"command": "echo after"}, headers=SDK)
     assert (refused.status_code, refused.json()["message"]) == (
         500,
-        "failed to execute command: failed to write command: write |1: broken pipe",
+        "failed to execute command: bad request: failed to write command: write |1: broken pipe",
     )
     listed = client.get(prefix).json()["commands"]
     assert [c.get("exitCode") for c in listed][-2:] == [None, None] and listed[-2]["id"] == ended
@@ -156,6 +160,33 @@ def test_the_sdk_reads_sessions(api_url: str, api_key: str) -> None:
         sandbox.delete()
 
 
+def test_the_sdk_raises_with_the_daemons_prefixed_words(api_url: str, api_key: str) -> None:
+    """The daemon's typed errors carry common-go's prefix (``not found: ``, ``conflict: ``, ``gone: ``), and the SDK
+    raises its class for the code, that message after its own words for the call."""
+    daytona = Daytona(DaytonaConfig(api_url=api_url, api_key=api_key))
+    sandbox = daytona.create()
+    try:
+        with pytest.raises(DaytonaNotFoundError) as missing:
+            sandbox.process.get_session("nope")
+        assert str(missing.value) == "Failed to get session: not found: session not found"
+        sandbox.process.create_session("work")
+        with pytest.raises(DaytonaConflictError) as twice:
+            sandbox.process.create_session("work")
+        assert str(twice.value) == "Failed to create session: conflict: session already exists"
+        with pytest.raises(DaytonaNotFoundError) as no_command:
+            sandbox.process.get_session_command("work", "nope")
+        assert str(no_command.value) == "Failed to get session command: not found: command not found"
+        ran = sandbox.process.execute_session_command("work", SessionExecuteRequest(command="true"))
+        with pytest.raises(DaytonaCommandAlreadyCompletedError) as late:
+            sandbox.process.send_session_command_input("work", ran.cmd_id, "late")
+        assert (
+            str(late.value)
+            == "Failed to send session command input: gone: command has already completed with exit code 0"
+        )
+    finally:
+        sandbox.delete()
+
+
 def test_demux_takes_each_streams_lines() -> None:
     assert demux(f"{STDOUT_PREFIX}a\n{STDERR_PREFIX}c\n{STDOUT_PREFIX}\n{STDOUT_PREFIX}b\n") == ("a\n\nb\n", "c\n")
     assert output_shape({"x-daytona-sdk-version": "0.168.0-dev.1"}) == "split"
@@ -165,35 +196,36 @@ def test_the_daemons_words_for_sessions_and_commands_it_has_not(session: tuple[h
     client, prefix = session
     base = prefix.rsplit("/", 1)[0]
     refusals = [
-        (client.post(base, json={"sessionId": "s"}), 409, "session already exists"),
+        (client.post(base, json={"sessionId": "s"}), 409, "conflict: session already exists"),
         (
             client.post(base, json={"sessionId": "entrypoint"}),
             400,
-            "provided session ID is reserved and cannot be created/overridden",
+            "bad request: provided session ID is reserved and cannot be created/overridden",
         ),
         (
             client.post(base + "/entrypoint/exec", json={"command": "true"}),
             400,
-            "can't execute command in entrypoint session",
+            "bad request: can't execute command in entrypoint session",
         ),
-        (client.delete(base + "/entrypoint"), 400, "can't delete entrypoint session"),
-        (client.get(base + "/nope"), 404, "session not found"),
-        (client.get(prefix + "/command/nope"), 404, "command not found"),
+        (client.delete(base + "/entrypoint"), 400, "bad request: can't delete entrypoint session"),
+        (client.get(base + "/nope"), 404, "not found: session not found"),
+        (client.get(prefix + "/command/nope"), 404, "not found: command not found"),
         (
             client.post(base + "/nope/exec", json={"command": "true"}),
             500,
-            "failed to execute command: session not found",
+            "failed to execute command: not found: session not found",
         ),
-        (client.post(prefix + "/command/nope/input", json={"data": "x"}), 404, "command not found"),
+        (client.post(prefix + "/command/nope/input", json={"data": "x"}), 404, "not found: command not found"),
         (
             client.post(prefix + "/command/nope/input", json={}),
             400,
-            "Key: 'SessionSendInputRequest.Data' Error:Field validation for 'Data' failed on the 'required' tag",
+            "invalid body request: Key: 'SessionSendInputRequest.Data' Error:Field validation for 'Data' failed on"
+            " the 'required' tag",
         ),
         (
             client.post(base + "/entrypoint/command/x/input", json={"data": "x"}),
             400,
-            "can't send input to entrypoint session",
+            "bad request: can't send input to entrypoint session",
         ),
     ]
     assert [(r.status_code, r.json()["message"]) for r, _, _ in refusals] == [(s, m) for _, s, m in refusals]
@@ -281,7 +313,7 @@ def test_input_reaches_the_running_asynchronous_command_and_is_echoed(session: t
     refused = send(queued, "early")  # the daemon makes a command's input pipe when the shell comes to it
     assert (refused.status_code, refused.json()["message"]) == (
         500,
-        "failed to open input pipe: open input.pipe: no such file or directory",
+        "internal server error: failed to open input pipe: open input.pipe: no such file or directory",
     )
     assert send(echoed, "one").status_code == 204
     while (sent := send(queued, "two")).status_code == 500:  # each try a round trip: until the shell comes to it
@@ -289,7 +321,7 @@ def test_input_reaches_the_running_asynchronous_command_and_is_echoed(session: t
     assert sent.status_code == 204, sent.text
     assert _exec(session, "echo after")["stdout"] == "after\n"  # the shell ran both before this one
     late = send(echoed, "more")
-    assert (late.status_code, late.json()["message"]) == (410, "command has already completed with exit code 0")
+    assert (late.status_code, late.json()["message"]) == (410, "gone: command has already completed with exit code 0")
     assert late.json()["code"] == "COMMAND_ALREADY_COMPLETED"  # the SDK's DaytonaCommandAlreadyCompletedError
     logs = [client.get(f"{prefix}/command/{c}/logs", headers=SDK).json()["stdout"] for c in (echoed, queued)]
     assert logs == ["one\ngot one\n", "got two\n"]
@@ -359,7 +391,10 @@ def test_deleting_a_session_ends_its_shell_its_jobs_and_what_waits_on_it(
 
     deleted, waited, took = asyncio.run(waiting_then_delete())
     assert deleted.status_code == 204
-    assert (waited.status_code, waited.json()["message"]) == (500, "failed to execute command: session cancelled")
+    assert (waited.status_code, waited.json()["message"]) == (
+        500,
+        "failed to execute command: bad request: session cancelled",
+    )
     assert took >= GRACE  # the shell caught the SIGTERM (the wrapper's traps), so it was killed after the grace
     assert all_dead([job])
     assert client.get(prefix).status_code == 404

@@ -21,6 +21,10 @@ def _required(struct: str, field: str) -> str:
     return f"Key: '{struct}.{field}' Error:Field validation for '{field}' failed on the 'required' tag"
 
 
+#: The prefix of ``/process/execute``'s body errors: ``NewBadRequestError(fmt.Errorf("invalid request body: %w"))``.
+BAD_BODY = "bad request: invalid request body: "
+
+
 def _message(response: httpx.Response, status: int = 400) -> str:
     assert response.status_code == status, response.text
     return str(response.json()["message"])
@@ -30,41 +34,36 @@ def _message(response: httpx.Response, status: int = 400) -> str:
     ("body", "message"),
     [
         # The daemon's binding runs its validator (validate:"required") before the handler's own check.
-        ({}, "invalid request body: " + _required("ExecuteRequest", "Command")),
-        ({"command": ""}, "invalid request body: " + _required("ExecuteRequest", "Command")),
-        ({"command": " \t\n"}, "command cannot be empty or whitespace-only"),
+        ({}, BAD_BODY + _required("ExecuteRequest", "Command")),
+        ({"command": ""}, BAD_BODY + _required("ExecuteRequest", "Command")),
+        ({"command": " \t\n"}, "bad request: command cannot be empty or whitespace-only"),
         (
             {"command": 5},
-            "invalid request body: json: cannot unmarshal number into Go struct field ExecuteRequest.command of type"
-            " string",
+            BAD_BODY + "json: cannot unmarshal number into Go struct field ExecuteRequest.command of type string",
         ),
         (
             {"command": "true", "timeout": -1},
-            "invalid request body: json: cannot unmarshal number -1 into Go struct field ExecuteRequest.timeout of"
-            " type uint32",
+            BAD_BODY + "json: cannot unmarshal number -1 into Go struct field ExecuteRequest.timeout of type uint32",
         ),
         (
             {"command": "true", "timeout": 1.5},
-            "invalid request body: json: cannot unmarshal number 1.5 into Go struct field ExecuteRequest.timeout of"
-            " type uint32",
+            BAD_BODY + "json: cannot unmarshal number 1.5 into Go struct field ExecuteRequest.timeout of type uint32",
         ),
         (
             {"command": "true", "timeout": 2**32},
-            f"invalid request body: json: cannot unmarshal number {2**32} into Go struct field"
+            BAD_BODY + f"json: cannot unmarshal number {2**32} into Go struct field"
             " ExecuteRequest.timeout of type uint32",
         ),
         (
             {"command": "true", "timeout": "5"},
-            "invalid request body: json: cannot unmarshal string into Go struct field ExecuteRequest.timeout of"
-            " type uint32",
+            BAD_BODY + "json: cannot unmarshal string into Go struct field ExecuteRequest.timeout of type uint32",
         ),
         (
             {"command": "true", "envs": {"A": 1}},
-            "invalid request body: json: cannot unmarshal number into Go struct field ExecuteRequest.envs of type"
-            " string",
+            BAD_BODY + "json: cannot unmarshal number into Go struct field ExecuteRequest.envs of type string",
         ),
-        ({"command": "true", "envs": {"A-B": "1"}}, "invalid environment variable name: 'A-B'"),
-        ({"command": "true", "envs": {"1A": "1"}}, "invalid environment variable name: '1A'"),
+        ({"command": "true", "envs": {"A-B": "1"}}, "bad request: invalid environment variable name: 'A-B'"),
+        ({"command": "true", "envs": {"1A": "1"}}, "bad request: invalid environment variable name: '1A'"),
     ],
 )
 def test_execute_refuses_what_the_daemon_refuses(tb: tuple[httpx.Client, str], body: Any, message: str) -> None:
@@ -92,15 +91,25 @@ def test_execute_takes_a_zero_timeout_and_good_env_names(tb: tuple[httpx.Client,
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ({"code": "print(1)"}, _required("CodeRunRequest", "Language")),
-        ({"code": "", "language": "python"}, _required("CodeRunRequest", "Code")),
-        ({}, _required("CodeRunRequest", "Code") + "\n" + _required("CodeRunRequest", "Language")),
-        ({"code": "print(1)", "language": "python3"}, "unsupported language: python3"),
+        ({"code": "print(1)"}, "invalid body request: " + _required("CodeRunRequest", "Language")),
+        ({"code": "", "language": "python"}, "invalid body request: " + _required("CodeRunRequest", "Code")),
+        (
+            {},
+            "invalid body request: "
+            + _required("CodeRunRequest", "Code")
+            + "\n"
+            + _required("CodeRunRequest", "Language"),
+        ),
+        ({"code": "print(1)", "language": "python3"}, "bad request: unsupported language: python3"),
         (
             {"code": "print(1)", "language": "python", "argv": "a b"},
-            "json: cannot unmarshal string into Go struct field CodeRunRequest.argv of type []string",
+            "invalid body request: json: cannot unmarshal string into Go struct field CodeRunRequest.argv of type"
+            " []string",
         ),
-        ({"code": "print(1)", "language": "python", "envs": {"": "x"}}, "invalid environment variable name: ''"),
+        (
+            {"code": "print(1)", "language": "python", "envs": {"": "x"}},
+            "bad request: invalid environment variable name: ''",
+        ),
     ],
 )
 def test_code_run_refuses_what_the_daemon_refuses(tb: tuple[httpx.Client, str], body: Any, message: str) -> None:
