@@ -128,10 +128,10 @@ def daytona_config(args: argparse.Namespace) -> object:
     if args.daytona_api_key is not None and not args.daytona_api_key.strip():
         raise ValueError("--daytona-api-key must not be empty")
     throttlers = () if args.daytona_tier == "none" else tier_throttlers(int(args.daytona_tier))
-    if args.daytona_failed_auth:
+    if args.daytona_failed_auth is not None:
         limit, ttl = parse_failed_auth(args.daytona_failed_auth)
         throttlers = (*throttlers, ThrottlerSpec(FAILED_AUTH, limit, ttl))
-    latencies = parse_daytona_latency(args.daytona_latency) if args.daytona_latency else {}
+    latencies = parse_daytona_latency(args.daytona_latency) if args.daytona_latency is not None else {}
     return DaytonaConfig(
         api_key=args.daytona_api_key or DEFAULT_API_KEY,
         throttlers=throttlers,

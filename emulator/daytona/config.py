@@ -133,3 +133,9 @@ class DaytonaConfig:
     #: First uid of the interpreter processes (one uid per live interpreter context; root only).
     interpreter_uid_base: int = 300_000
     interpreter_uid_count: int = 4096
+
+    def __post_init__(self) -> None:
+        for name in ("create_latency", "start_latency", "destroy_latency"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"DaytonaConfig.{name} must be a finite number of seconds >= 0, got {value!r}")

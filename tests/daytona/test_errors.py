@@ -360,3 +360,10 @@ def test_an_errored_sandbox_being_deleted_is_not_found() -> None:
         assert httpx.get(server.url + "/sandbox", headers=headers).json()["items"] == []
         shown = httpx.get(server.url + "/sandbox", params={"includeErroredDeleted": "true"}, headers=headers).json()
         assert [item["id"] for item in shown["items"]] == [broken["id"]]
+
+
+@pytest.mark.parametrize("value", [-1, float("nan"), float("inf"), "2", True])
+@pytest.mark.parametrize("name", ["create_latency", "start_latency", "destroy_latency"])
+def test_a_latency_that_cannot_be_waited_is_refused(name: str, value: object) -> None:
+    with pytest.raises(ValueError, match=f"DaytonaConfig.{name} must be a finite number of seconds >= 0"):
+        EmulatedDaytona(**{name: value})  # type: ignore[arg-type]

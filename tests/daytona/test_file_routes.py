@@ -20,16 +20,6 @@ from daytona.common.errors import (
     DaytonaFileNotFoundError,
 )
 
-from emulator.server import EmulatorServer
-
-
-@pytest.fixture
-def tb(server: EmulatorServer, api_key: str) -> tuple[httpx.Client, str]:
-    client = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
-    created = client.post("/api/sandbox", json={})
-    assert created.status_code == 200, created.text
-    return client, f"/toolbox/{created.json()['id']}"
-
 
 def _run(tb: tuple[httpx.Client, str], command: str) -> None:
     client, prefix = tb

@@ -192,6 +192,8 @@ def test_serve_refuses_a_bad_daytona_latency_or_failed_auth() -> None:
         (("--daytona-failed-auth", "5"), "--daytona-failed-auth: '5' is not LIMIT/TTL"),
         (("--daytona-failed-auth", "0/60"), "--daytona-failed-auth: '0/60' is not LIMIT/TTL"),
         (("--daytona-failed-auth", "5/nan"), "is not LIMIT/TTL"),
+        (("--daytona-latency", ""), "--daytona-latency: '' is not one of create=SECONDS"),
+        (("--daytona-failed-auth", ""), "--daytona-failed-auth: '' is not LIMIT/TTL"),
     ]:
         result = _run("serve", "--port", "0", *extra)
         assert result.returncode == 2 and message in result.stderr, result.stderr
