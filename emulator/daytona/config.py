@@ -133,9 +133,16 @@ class DaytonaConfig:
     #: First uid of the interpreter processes (one uid per live interpreter context; root only).
     interpreter_uid_base: int = 300_000
     interpreter_uid_count: int = 4096
+    #: The daemon lists sessions, a session's commands and interpreter contexts from Go maps, in a different order
+    #: on each call; the emulator shuffles those listings too, from a generator seeded with this (so a run replays).
+    #: ``None`` lists them in the order they were made.
+    listing_seed: int | None = 0
 
     def __post_init__(self) -> None:
         for name in ("create_latency", "start_latency", "destroy_latency"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"DaytonaConfig.{name} must be a finite number of seconds >= 0, got {value!r}")
+        seed = self.listing_seed
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"DaytonaConfig.listing_seed must be a whole number or None, got {seed!r}")

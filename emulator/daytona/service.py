@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import os
+import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -165,6 +166,7 @@ class DaytonaService:
         self.throttlers = Throttlers(config.throttlers, now)
         self.failed_auth = FailedAuth(next((s for s in config.throttlers if s.name == FAILED_AUTH), None), now)
         self.proxy_tokens = ProxyTokenCache(now)
+        self._listing = None if config.listing_seed is None else random.Random(config.listing_seed)
         uid_base = config.interpreter_uid_base if os.geteuid() == 0 else None
         settings = InterpreterSettings(python, uid_base, config.interpreter_uid_count, grace=config.interpreter_grace)
         self.interpreters = Interpreters(settings)
@@ -446,6 +448,13 @@ class DaytonaService:
 
     # ------------------------------------------------------------------ toolbox operations
 
+    def _listed(self, items: list[_T]) -> list[_T]:
+        """``items`` in the order the daemon lists them: a Go map's, different on each call (shuffled here from the
+        config's ``listing_seed``), or as they were made when the seed is ``None``."""
+        if self._listing is not None:
+            self._listing.shuffle(items)
+        return items
+
     async def _tb_toolbox_execute(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         return await self.toolbox.execute(sandbox, _daemon_body(body))
 
@@ -457,10 +466,11 @@ class DaytonaService:
         return Response(status_code=201)
 
     async def _tb_toolbox_session_list(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        return [s.to_json() for s in self.toolbox.sessions(sandbox).values()]
+        sessions = self._listed(list(self.toolbox.sessions(sandbox).values()))
+        return [s.to_json(self._listed) for s in sessions]
 
     async def _tb_toolbox_session_get(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        return self.toolbox.session(sandbox, request.path_params["session"]).to_json()
+        return self.toolbox.session(sandbox, request.path_params["session"]).to_json(self._listed)
 
     async def _tb_toolbox_session_delete(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         await self.toolbox.delete_session(sandbox, request.path_params["session"])
@@ -522,7 +532,7 @@ class DaytonaService:
 
     async def _tb_interpreter_context_list(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         contexts = self.interpreters.contexts(sandbox.id)
-        return {"contexts": [c.to_json() for c in contexts.values() if c.id != "default"]}
+        return {"contexts": [c.to_json() for c in self._listed(list(contexts.values())) if c.id != "default"]}
 
     async def _tb_interpreter_context_delete(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         context_id = request.path_params["context"]

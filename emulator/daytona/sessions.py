@@ -149,8 +149,9 @@ class Session:
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     gone_reason: str = "session"  # "session": deleted; "sandbox": its sandbox stopped or went
 
-    def to_json(self) -> dict[str, Any]:
-        return {"sessionId": self.id, "commands": [c.to_json() for c in self.commands.values()]}
+    def to_json(self, order: Callable[[list[SessionCommand]], list[SessionCommand]] = list) -> dict[str, Any]:
+        """``order`` puts the commands in the order they are listed in (the daemon's is a Go map's)."""
+        return {"sessionId": self.id, "commands": [c.to_json() for c in order(list(self.commands.values()))]}
 
     @property
     def shell_alive(self) -> bool:

@@ -88,8 +88,9 @@ def test_an_exit_ends_the_shell_and_every_later_command(
         500,
         "failed to execute command: bad request: failed to write command: write |1: broken pipe",
     )
-    listed = client.get(prefix).json()["commands"]
-    assert [c.get("exitCode") for c in listed][-2:] == [None, None] and listed[-2]["id"] == ended
+    listed = {c["command"]: c for c in client.get(prefix).json()["commands"]}
+    assert listed["echo bye; exit 3"]["id"] == ended
+    assert [listed[text].get("exitCode") for text in ("echo bye; exit 3", "echo after")] == [None, None]
     deadline = time.monotonic() + 30  # its labeler outlives the shell a moment: what it read reaches the log after
     while (logged := client.get(f"{prefix}/command/{ended}/logs", headers=SDK).json()["stdout"]) != "bye\n":
         assert time.monotonic() < deadline and logged == "", logged
