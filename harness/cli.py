@@ -120,6 +120,16 @@ def parse_failed_auth(text: str) -> tuple[int, float]:
     return limit, ttl
 
 
+def parse_listing_seed(text: str) -> int | None:
+    """``--daytona-listing-seed``: a whole number, or ``none`` for creation order."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"--daytona-listing-seed: {text!r} is not a whole number or none") from None
+
+
 def daytona_config(args: argparse.Namespace) -> object:
     """The Daytona configuration ``serve``'s options ask for; ValueError for a bad one."""
     from emulator.daytona import DEFAULT_API_KEY, DaytonaConfig, ThrottlerSpec, tier_throttlers
@@ -132,12 +142,14 @@ def daytona_config(args: argparse.Namespace) -> object:
         limit, ttl = parse_failed_auth(args.daytona_failed_auth)
         throttlers = (*throttlers, ThrottlerSpec(FAILED_AUTH, limit, ttl))
     latencies = parse_daytona_latency(args.daytona_latency) if args.daytona_latency is not None else {}
+    seed = parse_listing_seed(args.daytona_listing_seed) if args.daytona_listing_seed is not None else 0
     return DaytonaConfig(
         api_key=args.daytona_api_key or DEFAULT_API_KEY,
         throttlers=throttlers,
         create_latency=latencies.get("create", 0.0),
         start_latency=latencies.get("start", 0.0),
         destroy_latency=latencies.get("destroy", 0.0),
+        listing_seed=seed,
     )
 
 
@@ -237,6 +249,12 @@ def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
         metavar="LIMIT/TTL",
         help="the Daytona API's failed-auth throttler: the LIMIT-th refused key in TTL seconds blocks the client "
         "for TTL seconds (default: off, as the API's)",
+    )
+    serve.add_argument(
+        "--daytona-listing-seed",
+        metavar="N|none",
+        help="seed of the shuffled order in which sessions, their commands and interpreter contexts are listed (as "
+        "the daemon's Go maps list them; default: 0); none lists them in creation order",
     )
     serve.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     _add_runtime_options(serve)

@@ -194,6 +194,8 @@ def test_serve_refuses_a_bad_daytona_latency_or_failed_auth() -> None:
         (("--daytona-failed-auth", "5/nan"), "is not LIMIT/TTL"),
         (("--daytona-latency", ""), "--daytona-latency: '' is not one of create=SECONDS"),
         (("--daytona-failed-auth", ""), "--daytona-failed-auth: '' is not LIMIT/TTL"),
+        (("--daytona-listing-seed", "1.5"), "--daytona-listing-seed: '1.5' is not a whole number or none"),
+        (("--daytona-listing-seed", ""), "--daytona-listing-seed: '' is not a whole number or none"),
     ]:
         result = _run("serve", "--port", "0", *extra)
         assert result.returncode == 2 and message in result.stderr, result.stderr
@@ -217,6 +219,29 @@ def test_daytona_options_reach_the_emulated_api() -> None:
         wrong = {"Authorization": "Bearer wrong"}
         assert requests.get(base + "/api/sandbox", headers=wrong, timeout=30).status_code == 401
         assert requests.get(base + "/api/sandbox", headers=wrong, timeout=30).status_code == 429
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_daytona_listing_seed_none_lists_sessions_in_creation_order() -> None:
+    proc = _serve("--daytona-listing-seed", "none")
+    try:
+        base = _base(proc)
+        assert proc.stdout is not None
+        key = re.search(r"DAYTONA_API_KEY=(\S+)", proc.stdout.readline())
+        assert key
+        headers = {"Authorization": f"Bearer {key.group(1)}"}
+        made = requests.post(base + "/api/sandbox", json={}, headers=headers, timeout=30).json()
+        names = [f"s{n}" for n in range(6)]
+        for name in names:
+            created = requests.post(
+                f"{base}/toolbox/{made['id']}/process/session", json={"sessionId": name}, headers=headers, timeout=30
+            )
+            assert created.status_code == 201, created.text
+        for _ in range(3):
+            listed = requests.get(f"{base}/toolbox/{made['id']}/process/session", headers=headers, timeout=30)
+            assert [s["sessionId"] for s in listed.json()] == names
     finally:
         proc.terminate()
         proc.wait(timeout=30)
