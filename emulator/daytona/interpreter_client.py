@@ -160,6 +160,10 @@ class ClientChannel:
 
     async def _finish(self, with_close_frame: bool) -> None:
         self._shut = True
+        #: The writer was stopped here with nothing left for it: not waited for (it ends in the loop's next turn; a
+        #: wait would end this execution only after that turn, once the transport has flushed the answer and the
+        #: client it woke has had the CPU, which put the client's time into the journal's).
+        stopped = False
         try:
             if not self._busy and not self._writer.done() and self._transport is not None:
                 # The writer waits for the queue (a frame put there stays in it until the writer runs): what is
@@ -167,17 +171,21 @@ class ClientChannel:
                 # connection takes it at once; the rest, if any, through the writer and its time limit. (With no
                 # connection to ask, everything goes through the writer.)
                 self._writer.cancel()
+                stopped = True
                 while not self._queue.empty() and self._unsent() <= STALLED_BYTES:  # a write now goes at once
                     if not await self._deliver(self._queue.get_nowait()):
                         break
                 if not self._queue.empty() and not (self.gone or self._closed_cleanly):
                     self._writer = asyncio.ensure_future(self._write())
-            if not self._writer.done():
+                    stopped = False
+            if not stopped and not self._writer.done():
                 await asyncio.wait({self._writer}, timeout=self._close_wait)  # neither raises nor cancels it
         finally:
-            if not self._writer.done():  # the time ran out (or our caller was cancelled): what is queued is dropped
-                self._writer.cancel()
+            if not stopped and not self._writer.done():  # the time ran out (or our caller was cancelled): what is
+                self._writer.cancel()  # queued is dropped
                 self.cut = not self.gone
+            elif stopped and not self._queue.empty() and not (self.gone or self._closed_cleanly):
+                self.cut = True  # our caller was cancelled in the middle of the delivery
         if with_close_frame and self._closed_cleanly:
             return
         if self.gone:

@@ -163,3 +163,65 @@ def test_a_client_stalled_between_the_water_marks_is_dropped_not_spun_on() -> No
         return channel
 
     assert asyncio.run(main()).slow
+
+
+def test_the_end_is_over_when_it_is_written_not_a_turn_of_the_loop_later() -> None:
+    """Everything queued leaves at once with the close frame: ``close`` then returns in the same turn of the event
+    loop, as the journal's end of the execution should (a turn later, the server's transport has flushed the answer
+    and the client it woke may have taken the CPU: about a millisecond of the client's time, counted as ours). The
+    stopped writer ends in the next turn all the same."""
+
+    async def main() -> tuple[FakeSocket, ClientChannel, bool, bool]:
+        socket = FakeSocket()
+        channel = ClientChannel(socket, capacity=8, close_wait=1.0, transport=FakeTransport(socket))  # type: ignore[arg-type]
+        await asyncio.sleep(0)  # the writer waits on its queue
+        turned = asyncio.Event()
+        for n in range(3):
+            await channel.send(_frame(n))
+        asyncio.get_running_loop().call_soon(turned.set)
+        await channel.close(1000)
+        same_turn = not turned.is_set()
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        writer_ended = channel._writer.done()
+        return socket, channel, same_turn, writer_ended
+
+    socket, channel, same_turn, writer_ended = asyncio.run(main())
+    assert [frame["text"] for frame in socket.sent] == ["0\n", "1\n", "2\n"] and socket.closed == (1000, "")
+    assert same_turn
+    assert writer_ended and not channel.cut and not channel.slow
+
+
+def test_an_end_whose_caller_is_cancelled_in_the_middle_of_the_delivery_is_cut() -> None:
+    class SlowButNotFull(FakeSocket):
+        """A write that waits while the connection reports room (the moment between a write and its drain)."""
+
+        def __init__(self) -> None:
+            super().__init__(blocked=True)
+
+        def transport(self) -> FakeTransport:
+            transport = FakeTransport(self)
+            transport.get_write_buffer_size = lambda: 0  # type: ignore[method-assign]
+            return transport
+
+    async def main() -> tuple[SlowButNotFull, ClientChannel]:
+        socket = SlowButNotFull()
+        channel = ClientChannel(socket, capacity=8, close_wait=1.0, transport=socket.transport())  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+
+        async def end() -> None:  # no turn of the loop between the frames and the end: the writer has not run
+            for n in range(3):
+                await channel.send(_frame(n))
+            await channel.close(1000)
+
+        closing = asyncio.ensure_future(end())
+        for _ in range(5):
+            await asyncio.sleep(0)
+        closing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await closing
+        return socket, channel
+
+    socket, channel = asyncio.run(main())
+    assert socket.sent == [] and socket.closed is None
+    assert channel.cut and not channel.gone
