@@ -31,7 +31,7 @@ typecheck: $(VENV)/.test-installed
 	$(BIN)/mypy
 
 unit: $(VENV)/.test-installed
-	$(BIN)/python -m pytest -q --ignore=tests/reference_v071
+	$(BIN)/python -m pytest -q --durations=25 --ignore=tests/reference_v071
 
 # The reference run: only tests/reference_v071, against verl 0.7.1's own SandboxFusionTool (docs/unit-plan.md).
 test-verl071: $(VENV071)/.installed
