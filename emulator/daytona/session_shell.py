@@ -12,10 +12,12 @@ running.
 Here the script is the emulator's own, with the same steps. Nothing of it has a path another sandbox could open: the
 labelers are process substitutions, and they and the script write to the shell's descriptors 3 (stdout channel) and
 4 (stderr channel), pipes the emulator reads; an asynchronous command's stdin is a ``cat`` of descriptor 5, a pipe the
-emulator writes its input to. The command runs with 3, 4 and 5 closed (bash keeps copies of them at 10 and above,
-which a command could reach, as it could the daemon's log file). Once both labelers have ended (or died: what they
-wrote is ahead in the pipes), the script ends the stderr channel's part of the
-command with a record (``\x03\x03\x03E <command id>``) and the stdout channel's with the exit record
+emulator writes its input to, and a synchronous one's a FIFO the emulator makes for it in the session's directory
+(mode 0600, the session's uid: no other sandbox's uid can open it), opened and closed at once by a background job of
+the shell so that the command finds it at its end, as the daemon's ``input.pipe``. The command runs with 3, 4 and 5
+closed (bash keeps copies of them at 10 and above, which a command could reach, as it could the daemon's log file).
+Once both labelers have ended (or died: what they wrote is ahead in the pipes), the script ends the stderr channel's
+part of the command with a record (``\x03\x03\x03E <command id>``) and the stdout channel's with the exit record
 (``\x03\x03\x03X <command id> <exit code>``).
 """
 
@@ -39,16 +41,19 @@ def _labeler(prefix: str, channel: int) -> str:
     )
 
 
-def wrapper(command_id: str, script: str, run_async: bool) -> str:
+def wrapper(command_id: str, script: str, run_async: bool, fifo: str = "") -> str:
     """The script the session's shell runs for one command (one compound command: read whole before it runs).
 
     The traps are the daemon's: its script sets them on EXIT, HUP, INT and TERM, so a session's shell outlives a
-    SIGTERM once it has run a command."""
+    SIGTERM once it has run a command. A synchronous command reads ``fifo`` (a FIFO the emulator made), which a
+    background job of the shell opens for writing and closes at once, as the daemon's ``cat /dev/null > "$ip" &``: the
+    command finds its stdin at its end, and input sent while it runs comes to a later read."""
     q = shlex.quote
-    stdin = '<&"$__dtn_in"' if run_async else "</dev/null"
-    lines = [
-        "{",
-        "builtin trap -- 'builtin :' EXIT HUP INT TERM",
+    stdin = '<&"$__dtn_in"' if run_async else f"<{q(fifo)}" if fifo else "</dev/null"
+    lines = ["{", "builtin trap -- 'builtin :' EXIT HUP INT TERM"]
+    if fifo and not run_async:  # before the labelers' descriptors exist: the job holds none of them open
+        lines += [f"{{ builtin : ; }} >{q(fifo)} 3>&- 4>&- 5<&- &", "__dtn_ip_pid=$!"]
+    lines += [
         f"exec {{__dtn_out}}> {_labeler(STDOUT_PREFIX, 3)}",
         "__dtn_out_pid=$!",
         f"exec {{__dtn_err}}> {_labeler(STDERR_PREFIX, 4)}",
@@ -64,6 +69,8 @@ def wrapper(command_id: str, script: str, run_async: bool) -> str:
     ]
     if run_async:
         lines.append('builtin kill "$__dtn_in_pid" 2>/dev/null; builtin wait "$__dtn_in_pid" 2>/dev/null')
+    elif fifo:
+        lines.append('builtin kill "$__dtn_ip_pid" 2>/dev/null; builtin wait "$__dtn_ip_pid" 2>/dev/null')
     lines += [
         'builtin wait "$__dtn_out_pid" "$__dtn_err_pid"',
         f"builtin printf '\\003\\003\\003E %s\\n' {q(command_id)} >&4",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import math
 import os
@@ -67,11 +68,18 @@ class SessionCommand:
     ended: list[bool] = field(default_factory=lambda: [False, False])
     code: int | None = None
     script: str = ""
+    #: A synchronous command's stdin: a FIFO (see ``session_shell.wrapper``); removed when the command ends.
+    fifo: str = ""
+    #: The daemon keeps a command's exit code once something read it (a listing, a get, the synchronous answer):
+    #: until then, input to a command that has ended looks for its removed pipe (a 500), not a 410.
+    exit_recorded: bool = False
 
     def to_json(self) -> dict[str, Any]:
+        """The command as the daemon's ``GetSessionCommand`` answers it, which records the exit code it finds."""
         data: dict[str, Any] = {"id": self.id, "command": self.command}
         if self.exit_code is not None:
             data["exitCode"] = self.exit_code
+            self.exit_recorded = True
         return data
 
     def text(self) -> str:
@@ -195,9 +203,10 @@ class Session:
         while self.queue and all(self.queue[0].ended) and self.queue[0].code is not None:
             command = self.queue.popleft()
             command.exit_code = command.code
-            if command.script:
-                with contextlib.suppress(OSError):
-                    os.unlink(command.script)
+            for path in (command.script, command.fifo):
+                if path:
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
             self._drain_input()
             command.done.set()
             command.wake()
@@ -353,6 +362,11 @@ class SessionShells:
                 os.write(fd, text.encode("utf-8", "surrogateescape"))
             finally:
                 os.close(fd)
+            if not run_async:
+                command.fifo = os.path.join(session.directory, command.id + ".in")
+                os.mkfifo(command.fifo, 0o600)
+                if session.uid is not None:
+                    os.chown(command.fifo, session.uid, _NOGROUP)
         except OSError as exc:
             raise ApiError(
                 500, f"failed to execute command: bad request: failed to write command file: {exc.strerror}"
@@ -361,7 +375,8 @@ class SessionShells:
             await self._start.hand_over(session.home, session.uid)
         session.queue.append(command)
         try:
-            process.stdin.write(session_shell.wrapper(command.id, command.script, run_async).encode("utf-8"))
+            wrapped = session_shell.wrapper(command.id, command.script, run_async, command.fifo)
+            process.stdin.write(wrapped.encode("utf-8"))
             await process.stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
             session.queue.remove(command)
@@ -386,28 +401,45 @@ class SessionShells:
 
     async def send_input(self, session: Session, command: SessionCommand, data: str) -> None:
         """``POST .../input`` as the daemon's ``SendInput``: to the command's stdin, a newline added, echoed in the
-        log as stdout unless the command suppresses it. Only the running asynchronous command has a stdin to write
-        to (the daemon's FIFO exists from the command's start to its end)."""
-        if command.exit_code is not None:
+        log as stdout unless the command suppresses it. A command has a stdin to write to while the shell runs it
+        (the daemon's FIFO exists from the command's start to its end): an asynchronous one reads it as it comes, a
+        synchronous one finds it at its end and gets what is sent at a later read. A command that has ended is a 410
+        once its exit code was read (the daemon keeps it then), else its pipe is gone (500)."""
+        if command.exit_code is not None and command.exit_recorded:
             # The code the SDK 0.226 raises DaytonaCommandAlreadyCompletedError for (the daemon at 8b6f9b14a: GONE).
             message = f"gone: command has already completed with exit code {command.exit_code}"
             raise ApiError(410, message, "COMMAND_ALREADY_COMPLETED")
         if not data.endswith("\n"):
             data += "\n"
         payload = data.encode("utf-8", "surrogateescape")
-        running = session.queue and session.queue[0] is command and command.run_async
-        if not running or not session.shell_alive or session.input_w is None:
-            raise ApiError(
-                500, "internal server error: failed to open input pipe: open input.pipe: no such file or directory"
-            )
-        if not command.suppress_input_echo:  # echoed first (the daemon echoes right after): ahead of any answer
-            room = session.log_limit - len(command.log)
-            if room > 0:
-                command.log += (session_shell.STDOUT_PREFIX.encode() + payload)[:room]
-                command.wake()
-        async with session.input_lock:
-            if session.input_w is not None:
-                await _write_while(session.input_w, payload, command.done, session.cancelled)
+        running = bool(session.queue) and session.queue[0] is command and session.shell_alive
+        if not running or (command.run_async and session.input_w is None):
+            raise ApiError(500, f"internal server error: failed to open input pipe: {_no_pipe(session, command)}")
+        if command.run_async:
+            self._echo(session, command, payload)
+            async with session.input_lock:
+                if session.input_w is not None:
+                    await _write_while(session.input_w, payload, command.done, session.cancelled)
+            return
+        fd = await _open_fifo(command.fifo, command.done, session.cancelled)
+        if fd is None:  # the command ended before it opened its stdin: its pipe went with it
+            raise ApiError(500, f"internal server error: failed to open input pipe: {_no_pipe(session, command)}")
+        try:
+            self._echo(session, command, payload)
+            await _write_while(fd, payload, command.done, session.cancelled, released_with_session=False)
+        finally:
+            _close(fd)
+
+    @staticmethod
+    def _echo(session: Session, command: SessionCommand, payload: bytes) -> None:
+        """The input in the log as stdout (the daemon echoes right after its write; here just before it, so that it
+        is there ahead of any answer to it), unless the command suppresses it."""
+        if command.suppress_input_echo:
+            return
+        room = session.log_limit - len(command.log)
+        if room > 0:
+            command.log += (session_shell.STDOUT_PREFIX.encode() + payload)[:room]
+            command.wake()
 
     async def delete(self, session: Session) -> None:
         """As the daemon's ``Delete``: SIGTERM to the shell's process group, then, once the shell has no child left
@@ -477,9 +509,42 @@ def _settle(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-async def _write_while(fd: int, payload: bytes, done: asyncio.Event, cancelled: asyncio.Event) -> None:
+def _no_pipe(session: Session, command: SessionCommand) -> str:
+    """Go's error for the daemon's input pipe of ``command`` where there is none (under the daemon's config dir,
+    ``.daytona`` in the home that ``/user-home-dir`` reports)."""
+    path = os.path.join(session.home, ".daytona", "sessions", session.id, command.id, "input.pipe")
+    return f"open {path}: no such file or directory"
+
+
+#: How often a write to a synchronous command's stdin looks whether the command has opened it yet.
+FIFO_RETRY_S = 0.005
+
+
+async def _open_fifo(path: str, done: asyncio.Event, cancelled: asyncio.Event) -> int | None:
+    """The write end of a synchronous command's FIFO, once the command has its read end open (the daemon's open
+    blocks until then); None if the command ends, or its session goes, first."""
+    while not done.is_set() and not cancelled.is_set():
+        try:
+            return os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: no reader yet
+                return None
+        ending = asyncio.ensure_future(done.wait())
+        going = asyncio.ensure_future(cancelled.wait())
+        try:
+            await asyncio.wait({ending, going}, timeout=FIFO_RETRY_S, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ending.cancel()
+            going.cancel()
+    return None
+
+
+async def _write_while(
+    fd: int, payload: bytes, done: asyncio.Event, cancelled: asyncio.Event, released_with_session: bool = True
+) -> None:
     """All of ``payload`` to the non-blocking ``fd``, waiting while the pipe is full; given up when the command is
-    ``done`` or its session ``cancelled`` (whose release closes ``fd``)."""
+    ``done`` or its session ``cancelled`` (whose release closes ``fd`` when ``released_with_session``; the caller
+    closes any other)."""
     loop = asyncio.get_running_loop()
     view = memoryview(payload)
     while view and not done.is_set() and not cancelled.is_set():
@@ -498,7 +563,7 @@ async def _write_while(fd: int, payload: bytes, done: asyncio.Event, cancelled: 
             waits: set[asyncio.Future[Any]] = {writable, ending, going}
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            if not cancelled.is_set():  # otherwise the release removed the writer before it closed ``fd``
+            if not (cancelled.is_set() and released_with_session):  # else the release removed it and closed ``fd``
                 loop.remove_writer(fd)
             ending.cancel()
             going.cancel()

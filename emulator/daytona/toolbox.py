@@ -298,7 +298,9 @@ class Toolbox:
             if str(gone) == "sandbox":
                 raise SandboxGone from None
             command.exit_code = 1  # as the daemon marks the command it was waiting on
+            command.exit_recorded = True
             raise ApiError(500, "failed to execute command: bad request: session cancelled") from None
+        command.exit_recorded = True  # the daemon's Execute read the exit code and kept it
         return {"cmdId": command.id, "exitCode": command.exit_code, COMMAND: command}
 
     async def send_input(self, sandbox: Sandbox, session_id: str, command_id: str, body: dict[str, Any]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -312,20 +313,70 @@ def test_input_reaches_the_running_asynchronous_command_and_is_echoed(session: t
     echoed = _exec(session, "read a; echo got $a", runAsync=True)["cmdId"]
     queued = _exec(session, "read b; echo got $b", runAsync=True, suppressInputEcho=True)["cmdId"]
     refused = send(queued, "early")  # the daemon makes a command's input pipe when the shell comes to it
+    home = client.get(prefix.split("/process/")[0] + "/user-home-dir").json()["dir"]
+    pipe = f"{home}/.daytona/sessions/s/{queued}/input.pipe"
     assert (refused.status_code, refused.json()["message"]) == (
         500,
-        "internal server error: failed to open input pipe: open input.pipe: no such file or directory",
+        f"internal server error: failed to open input pipe: open {pipe}: no such file or directory",
     )
     assert send(echoed, "one").status_code == 204
     while (sent := send(queued, "two")).status_code == 500:  # each try a round trip: until the shell comes to it
         assert sent.json()["message"] == refused.json()["message"]
     assert sent.status_code == 204, sent.text
     assert _exec(session, "echo after")["stdout"] == "after\n"  # the shell ran both before this one
+    unread = send(echoed, "more")  # ended, but nothing has read its exit code: the daemon looks for its pipe
+    assert (unread.status_code, unread.json()["message"]) == (
+        500,
+        f"internal server error: failed to open input pipe: open {pipe.replace(queued, echoed)}: "
+        "no such file or directory",
+    )
+    assert client.get(f"{prefix}/command/{echoed}").json()["exitCode"] == 0  # read: the daemon keeps it now
     late = send(echoed, "more")
     assert (late.status_code, late.json()["message"]) == (410, "gone: command has already completed with exit code 0")
     assert late.json()["code"] == "COMMAND_ALREADY_COMPLETED"  # the SDK's DaytonaCommandAlreadyCompletedError
     logs = [client.get(f"{prefix}/command/{c}/logs", headers=SDK).json()["stdout"] for c in (echoed, queued)]
     assert logs == ["one\ngot one\n", "got two\n"]
+
+
+def test_a_synchronous_command_finds_its_stdin_at_its_end_and_input_at_a_later_read(
+    session: tuple[httpx.Client, str],
+) -> None:
+    """As the daemon's FIFO: the first read of a synchronous command meets the end of its stdin (the wrapper's
+    writer opened and closed it), input sent while it runs is accepted (204, echoed) and comes to a later read."""
+    client, prefix = session
+    program = 'read a; echo "a=[$a]"; until read b; do sleep 0.02; done; echo "b=[$b]"'
+    answer: list[Any] = []
+    runner = threading.Thread(target=lambda: answer.append(_exec(session, program)))
+    runner.start()
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # the command's id, then its first line
+            listed = client.get(prefix).json()["commands"]
+            running = [c for c in listed if c["command"] == program]
+            if running:
+                logs = client.get(f"{prefix}/command/{running[0]['id']}/logs", headers=SDK).json()["stdout"]
+                if logs == "a=[]\n":
+                    break
+            assert time.monotonic() < deadline, listed
+        sent = client.post(f"{prefix}/command/{running[0]['id']}/input", json={"data": "late"})
+        assert sent.status_code == 204, sent.text
+    finally:
+        runner.join(timeout=30)
+    assert not runner.is_alive()
+    assert answer[0]["stdout"] == "a=[]\nlate\nb=[late]\n" and answer[0]["exitCode"] == 0
+    late = client.post(f"{prefix}/command/{answer[0]['cmdId']}/input", json={"data": "more"})
+    assert late.status_code == 410  # the synchronous answer carried its exit code: the daemon keeps it
+
+
+def test_a_listing_records_an_ended_commands_exit_code(session: tuple[httpx.Client, str]) -> None:
+    client, prefix = session
+    ended = _exec(session, "true", runAsync=True)["cmdId"]
+    assert _exec(session, "echo next")["exitCode"] == 0  # after the asynchronous one, in the same shell
+    send = lambda: client.post(f"{prefix}/command/{ended}/input", json={"data": "x"})  # noqa: E731
+    assert send().status_code == 500
+    sandbox_sessions = prefix.rsplit("/", 1)[0]
+    assert any(c.get("exitCode") == 0 for s in client.get(sandbox_sessions).json() for c in s["commands"])
+    assert send().status_code == 410
 
 
 def test_the_log_of_a_running_command_is_there_as_it_comes(session: tuple[httpx.Client, str]) -> None:
@@ -384,8 +435,13 @@ def test_deleting_a_session_ends_its_shell_its_jobs_and_what_waits_on_it(
         # A command that ignores the SIGTERM: still running when the session goes (one that dies of it would end, and
         # its answer would be its exit code, 143, as the daemon's is).
         waiting = asyncio.ensure_future(async_client.post(prefix + "/exec", json={"command": STUBBORN}))
-        while not any(c.get("command") == STUBBORN for c in (await async_client.get(prefix)).json()["commands"]):
+        while not (
+            listed := [c for c in (await async_client.get(prefix)).json()["commands"] if c["command"] == STUBBORN]
+        ):
             pass  # each listing is a round trip to the server: the command is listed once the shell has it
+        logs = f"{prefix}/command/{listed[0]['id']}/logs"
+        while (await async_client.get(logs, headers=SDK)).json()["stdout"] != "trapped\n":
+            pass  # and running once its trap is set (before, the shell may still be opening its stdin)
         began = time.monotonic()
         deleted = await async_client.delete(prefix)
         return deleted, await waiting, time.monotonic() - began
@@ -401,7 +457,7 @@ def test_deleting_a_session_ends_its_shell_its_jobs_and_what_waits_on_it(
     assert client.get(prefix).status_code == 404
 
 
-STUBBORN = "trap '' TERM; sleep 60"
+STUBBORN = "trap '' TERM; echo trapped; sleep 60"
 
 
 def test_a_session_shell_runs_under_a_uid_of_its_own(session: tuple[httpx.Client, str]) -> None:
