@@ -207,6 +207,7 @@ def attach_chaos(emulator: Emulator, request: pytest.FixtureRequest) -> Callable
     original = emulator.engine
     request.node.stash[_SEED] = _test_plan(emulator, request).seed
     emulator.reset()
+    emulator.daytona.reseed_listings(request.node.stash[_SEED])  # Daytona's unordered listings, by the same seed
     replay_log = _chaos_settings(request.config).replay_log
     if replay_log is not None:
         _use_engine(emulator, ReplayEngine(replay_log, strict=True, clock=emulator.clock))

@@ -194,11 +194,20 @@ class DaytonaService:
         self.toolbox.drop_sandbox(sandbox_id)
 
     def reset(self) -> None:
-        """Destroy every sandbox and restart the throttler windows (between tests)."""
+        """Destroy every sandbox, restart the throttler windows and the listings' order (between tests)."""
         self.store.clear()
         self.throttlers.reset()
         self.failed_auth.reset()
         self.proxy_tokens.reset()
+        if self.config.listing_seed is not None:
+            self.reseed_listings(self.config.listing_seed)
+
+    def reseed_listings(self, seed: int) -> None:
+        """Start the shuffled order of the listings afresh from ``seed`` (the pytest plugin gives each test its own,
+        so a test's orders do not depend on the tests before it); nothing changes where listings keep creation
+        order (``listing_seed=None``)."""
+        if self._listing is not None:
+            self._listing.seed(seed)
 
     def close(self) -> None:
         self.store.close()

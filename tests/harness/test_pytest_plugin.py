@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 USER_TESTS = """
@@ -51,3 +53,54 @@ def test_x(sandbox_emulator):
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*unknown fault profile 'no-such-profile'*known profiles: calm*"])
+
+
+LISTING_TESTS = """
+import json, os, requests
+
+def _orders(server):
+    from emulator.daytona.config import DEFAULT_API_KEY
+    headers = {"Authorization": "Bearer " + DEFAULT_API_KEY}
+    sandbox = requests.post(server.url + "/api/sandbox", json={}, headers=headers, timeout=30).json()["id"]
+    sessions = server.url + "/toolbox/" + sandbox + "/process/session"
+    names = ["s%d" % n for n in range(6)]
+    for name in names:
+        assert requests.post(sessions, json={"sessionId": name}, headers=headers, timeout=30).status_code == 201
+    orders = []
+    for _ in range(3):
+        listed = requests.get(sessions, headers=headers, timeout=30).json()
+        orders.append([names.index(s["sessionId"]) for s in listed])
+    with open(os.environ["ORDERS_FILE"], "a") as out:
+        out.write(json.dumps(orders) + "\\n")
+
+def test_first(sandbox_emulator):
+    _orders(sandbox_emulator)
+
+def test_second(sandbox_emulator):
+    _orders(sandbox_emulator)
+"""
+
+
+def test_each_tests_listing_order_comes_from_its_own_seed(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Daytona's shuffled listings (sessions, commands, contexts) are reseeded per test from the test's chaos seed:
+    a test lists in the same orders whether or not another ran before it, and another ``--chaos-seed`` explores other
+    orders."""
+    pytester.makepyfile(test_listing=LISTING_TESTS)
+    orders = pytester.path / "orders.jsonl"
+
+    def run(*args: str) -> list[list[list[int]]]:
+        orders.unlink(missing_ok=True)
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", *args)
+        result.assert_outcomes(passed=1 if "-k" in args else 2)
+        return [json.loads(line) for line in orders.read_text().splitlines()]
+
+    monkeypatch.setenv("ORDERS_FILE", str(orders))
+    both = run()
+    alone = run("-k", "second")
+    other_seed = run("--chaos-seed", "7", "-k", "second")
+    assert alone == [both[1]]
+    assert both[0] != both[1]  # two tests, two seeds
+    assert other_seed != alone
+    assert any(order != list(range(6)) for order in both[1])
