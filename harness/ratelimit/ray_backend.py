@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 from uuid import uuid4
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError
 
 from harness.ratelimit.base import (
     LimiterConfig,
@@ -215,11 +216,22 @@ class RayLimiter(RemoteLimiter):
             self._heartbeat = None
 
 
-def kill(name: str, namespace: str | None = None) -> bool:
-    """Kill the named limiter actor (tests, or a config change between jobs); ``False`` if there was none."""
+def kill(name: str, namespace: str | None = None, timeout: float = 30.0) -> bool:
+    """Kill the named limiter actor (tests, or a config change between jobs); ``False`` if there was none.
+
+    Returns once the actor is dead (``ray.kill`` only asks for it): a call made after this meets a dead actor, never
+    the old one still serving. ``TimeoutError`` if it still answers after ``timeout`` seconds."""
     try:
         handle = ray.get_actor(actor_name(name), namespace=namespace)
     except ValueError:
         return False
     ray.kill(handle, no_restart=True)
-    return True
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            ray.get(handle.ping.remote(), timeout=left)  # answered while the kill is on its way
+        except RayActorError:
+            return True
+        except GetTimeoutError:
+            break
+    raise TimeoutError(f"the limiter actor {name!r} still answers {timeout:g} s after it was killed")

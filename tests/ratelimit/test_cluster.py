@@ -155,3 +155,25 @@ def test_two_driver_processes_share_one_limiter(ray_session: dict[str, str], tmp
     assert max_overlap(intervals) == cap  # the drivers start together (a barrier): the cap was reached, shared
     assert stats.max_held == cap
     assert (stats.acquires, stats.releases, stats.held, stats.waiting) == (2 * tasks, 2 * tasks, 0, 0)
+
+
+def test_kill_returns_once_the_limiter_actor_is_dead(ray_session: dict[str, str]) -> None:
+    """``ray.kill`` only asks; ``kill`` returns when the actor is gone, so the next call meets a dead actor and a new
+    limiter of that name can be made at once (one made while the old one still lived would attach to it)."""
+    import ray
+    from ray.exceptions import RayActorError
+
+    from harness.ratelimit.ray_backend import get_actor, kill
+
+    config = LimiterConfig.from_mapping({"name": f"kill-{uuid.uuid4().hex[:8]}", "limit": 2})
+    for _ in range(5):
+        handle = get_actor(config)
+        assert ray.get(handle.ping.remote(), timeout=30) == config.name
+        assert kill(config.name)
+        try:
+            ray.get(handle.ping.remote(), timeout=30)
+        except RayActorError:
+            pass
+        else:
+            raise AssertionError("the killed actor still answered")
+    assert kill(config.name) is False  # its name is free: nothing left to kill
