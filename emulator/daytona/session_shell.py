@@ -67,12 +67,23 @@ def wrapper(command_id: str, script: str, run_async: bool, fifo: str = "") -> st
         "__dtn_code=$?",
         f"exec {closes}",
     ]
+    # The stdin's helpers go, then the labelers are waited for; each step errexit-proof (a `set -e` of the session's
+    # must not end its shell on the wrapper's own plumbing). The `cat` is killed with SIGKILL: a SIGTERM sent before
+    # the forked subshell has dropped the shell's TERM trap is caught and lost, and `wait` would then hang. The
+    # synchronous command's writer is never signalled: if it still waits for a reader (the command ended before the
+    # job opened the FIFO), a read-write open of the FIFO releases it.
     if run_async:
-        lines.append('builtin kill "$__dtn_in_pid" 2>/dev/null; builtin wait "$__dtn_in_pid" 2>/dev/null')
+        lines.append(
+            'builtin kill -KILL "$__dtn_in_pid" 2>/dev/null || builtin :; builtin wait "$__dtn_in_pid" 2>/dev/null || '
+            "builtin :"
+        )
     elif fifo:
-        lines.append('builtin kill "$__dtn_ip_pid" 2>/dev/null; builtin wait "$__dtn_ip_pid" 2>/dev/null')
+        lines.append(
+            f'{{ builtin : ; }} <>{q(fifo)} 2>/dev/null || builtin :; builtin wait "$__dtn_ip_pid" 2>/dev/null || '
+            "builtin :"
+        )
     lines += [
-        'builtin wait "$__dtn_out_pid" "$__dtn_err_pid"',
+        'builtin wait "$__dtn_out_pid" "$__dtn_err_pid" || builtin :',
         f"builtin printf '\\003\\003\\003E %s\\n' {q(command_id)} >&4",
         f"builtin printf '\\003\\003\\003X %s %s\\n' {q(command_id)} \"$__dtn_code\" >&3",
         "}",

@@ -379,6 +379,33 @@ def test_a_listing_records_an_ended_commands_exit_code(session: tuple[httpx.Clie
     assert send().status_code == 410
 
 
+def test_a_quick_asynchronous_command_leaves_the_shell_ready(session: tuple[httpx.Client, str]) -> None:
+    """The wrapper's stdin helper of an asynchronous command is killed as the command ends: a command that ends at
+    once used to end before the helper had dropped the shell's TERM trap, the SIGTERM was lost, and the shell waited
+    for the helper for ever (the next command hung)."""
+    client, prefix = session
+    sessions = prefix.rsplit("/", 1)[0]
+    for n in range(6):
+        name = f"quick{n}"
+        assert client.post(sessions, json={"sessionId": name}).status_code == 201
+        ended = client.post(f"{sessions}/{name}/exec", json={"command": "true", "runAsync": True}, headers=SDK)
+        assert ended.status_code == 202, ended.text
+        after = client.post(f"{sessions}/{name}/exec", json={"command": "echo next"}, headers=SDK)
+        assert (after.status_code, after.json()["stdout"]) == (200, "next\n")
+
+
+def test_errexit_in_a_session_ends_no_command_by_the_wrappers_own_steps(session: tuple[httpx.Client, str]) -> None:
+    """``set -e`` lasts in the session's shell; the wrapper's own steps (its stdin helpers, its waits) never fail
+    it. (The daemon's wrapper would: its ``kill`` of a ``cat`` already gone fails, and its shell exits before it
+    writes the exit code; see docs/daytona.md.) A command's own failure still ends the shell, as there."""
+    client, prefix = session
+    assert _exec(session, "set -e")["exitCode"] == 0
+    assert _exec(session, "echo one")["stdout"] == "one\n"
+    started = _exec(session, "echo two", runAsync=True)["cmdId"]
+    assert _exec(session, "echo three")["stdout"] == "three\n"  # after the asynchronous one ended
+    assert client.get(f"{prefix}/command/{started}").json()["exitCode"] == 0
+
+
 def test_the_log_of_a_running_command_is_there_as_it_comes(session: tuple[httpx.Client, str]) -> None:
     client, prefix = session
     command = _exec(session, "echo first; read go; echo second", runAsync=True)["cmdId"]
