@@ -476,10 +476,10 @@ class DaytonaService:
 
     async def _tb_toolbox_session_list(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         sessions = self._listed(list(self.toolbox.sessions(sandbox).values()))
-        return [s.to_json(self._listed) for s in sessions]
+        return [s.read(self._listed) for s in sessions]
 
     async def _tb_toolbox_session_get(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        return self.toolbox.session(sandbox, request.path_params["session"]).to_json(self._listed)
+        return self.toolbox.session(sandbox, request.path_params["session"]).read(self._listed)
 
     async def _tb_toolbox_session_delete(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         await self.toolbox.delete_session(sandbox, request.path_params["session"])
@@ -498,7 +498,7 @@ class DaytonaService:
 
     async def _tb_toolbox_session_command(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         params = request.path_params
-        return self.toolbox.command(sandbox, params["session"], params["command"]).to_json()
+        return self.toolbox.command(sandbox, params["session"], params["command"]).read()
 
     async def _tb_toolbox_session_input(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         params = request.path_params

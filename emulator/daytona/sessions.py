@@ -75,12 +75,17 @@ class SessionCommand:
     exit_recorded: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        """The command as the daemon's ``GetSessionCommand`` answers it, which records the exit code it finds."""
         data: dict[str, Any] = {"id": self.id, "command": self.command}
         if self.exit_code is not None:
             data["exitCode"] = self.exit_code
-            self.exit_recorded = True
         return data
+
+    def read(self) -> dict[str, Any]:
+        """The command as the daemon's ``GetSessionCommand`` answers it (a get, its session's, a listing), which
+        keeps the exit code it finds: from then on, input to the command is a 410."""
+        if self.exit_code is not None:
+            self.exit_recorded = True
+        return self.to_json()
 
     def text(self) -> str:
         """The log as the daemon's JSON and text answers carry it (invalid UTF-8 replaced, as Go's encoder does)."""
@@ -157,9 +162,10 @@ class Session:
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     gone_reason: str = "session"  # "session": deleted; "sandbox": its sandbox stopped or went
 
-    def to_json(self, order: Callable[[list[SessionCommand]], list[SessionCommand]] = list) -> dict[str, Any]:
-        """``order`` puts the commands in the order they are listed in (the daemon's is a Go map's)."""
-        return {"sessionId": self.id, "commands": [c.to_json() for c in order(list(self.commands.values()))]}
+    def read(self, order: Callable[[list[SessionCommand]], list[SessionCommand]] = list) -> dict[str, Any]:
+        """The session as the daemon answers it, each command read (see :meth:`SessionCommand.read`); ``order``
+        puts the commands in the order they are listed in (the daemon's is a Go map's)."""
+        return {"sessionId": self.id, "commands": [c.read() for c in order(list(self.commands.values()))]}
 
     @property
     def shell_alive(self) -> bool:
@@ -203,10 +209,7 @@ class Session:
         while self.queue and all(self.queue[0].ended) and self.queue[0].code is not None:
             command = self.queue.popleft()
             command.exit_code = command.code
-            for path in (command.script, command.fifo):
-                if path:
-                    with contextlib.suppress(OSError):
-                        os.unlink(path)
+            _unlink(command.script, command.fifo)
             self._drain_input()
             command.done.set()
             command.wake()
@@ -368,6 +371,7 @@ class SessionShells:
                 if session.uid is not None:
                     os.chown(command.fifo, session.uid, _NOGROUP)
         except OSError as exc:
+            _unlink(command.script, command.fifo)
             raise ApiError(
                 500, f"failed to execute command: bad request: failed to write command file: {exc.strerror}"
             ) from None
@@ -380,6 +384,7 @@ class SessionShells:
             await process.stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
             session.queue.remove(command)
+            _unlink(command.script, command.fifo)
             raise ApiError(
                 500, "failed to execute command: bad request: failed to write command: write |1: broken pipe"
             ) from None
@@ -419,16 +424,25 @@ class SessionShells:
             self._echo(session, command, payload)
             async with session.input_lock:
                 if session.input_w is not None:
-                    await _write_while(session.input_w, payload, command.done, session.cancelled)
+                    pipe = _pipe_path(session, command)
+                    await _write_while(session.input_w, payload, command.done, session.cancelled, pipe=pipe)
             return
-        fd = await _open_fifo(command.fifo, command.done, session.cancelled)
-        if fd is None:  # the command ended before it opened its stdin: its pipe went with it
-            raise ApiError(500, f"internal server error: failed to open input pipe: {_no_pipe(session, command)}")
-        try:
-            self._echo(session, command, payload)
-            await _write_while(fd, payload, command.done, session.cancelled, released_with_session=False)
-        finally:
-            _close(fd)
+        async with session.input_lock:  # one input at a time, as on the asynchronous path: echoes in write order
+            fd = await _open_fifo(command.fifo, command.done, session.cancelled, lambda: session.shell_alive)
+            if fd is None:  # the command (or its shell) ended before it opened its stdin: its pipe went with it
+                raise ApiError(500, f"internal server error: failed to open input pipe: {_no_pipe(session, command)}")
+            try:
+                self._echo(session, command, payload)
+                await _write_while(
+                    fd,
+                    payload,
+                    command.done,
+                    session.cancelled,
+                    released_with_session=False,
+                    pipe=_pipe_path(session, command),
+                )
+            finally:
+                _close(fd)
 
     @staticmethod
     def _echo(session: Session, command: SessionCommand, payload: bytes) -> None:
@@ -509,21 +523,32 @@ def _settle(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
+def _unlink(*paths: str) -> None:
+    for path in paths:
+        if path:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def _pipe_path(session: Session, command: SessionCommand) -> str:
+    """Where the daemon's input pipe of ``command`` is (under its config dir, ``.daytona`` in the home that
+    ``/user-home-dir`` reports): the path its errors name."""
+    return os.path.join(session.home, ".daytona", "sessions", session.id, command.id, "input.pipe")
+
+
 def _no_pipe(session: Session, command: SessionCommand) -> str:
-    """Go's error for the daemon's input pipe of ``command`` where there is none (under the daemon's config dir,
-    ``.daytona`` in the home that ``/user-home-dir`` reports)."""
-    path = os.path.join(session.home, ".daytona", "sessions", session.id, command.id, "input.pipe")
-    return f"open {path}: no such file or directory"
+    """Go's error for the daemon's input pipe of ``command`` where there is none."""
+    return f"open {_pipe_path(session, command)}: no such file or directory"
 
 
 #: How often a write to a synchronous command's stdin looks whether the command has opened it yet.
 FIFO_RETRY_S = 0.005
 
 
-async def _open_fifo(path: str, done: asyncio.Event, cancelled: asyncio.Event) -> int | None:
+async def _open_fifo(path: str, done: asyncio.Event, cancelled: asyncio.Event, alive: Callable[[], bool]) -> int | None:
     """The write end of a synchronous command's FIFO, once the command has its read end open (the daemon's open
-    blocks until then); None if the command ends, or its session goes, first."""
-    while not done.is_set() and not cancelled.is_set():
+    blocks until then); None if the command ends, its session goes or its shell dies first."""
+    while not done.is_set() and not cancelled.is_set() and alive():
         try:
             return os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
@@ -540,11 +565,16 @@ async def _open_fifo(path: str, done: asyncio.Event, cancelled: asyncio.Event) -
 
 
 async def _write_while(
-    fd: int, payload: bytes, done: asyncio.Event, cancelled: asyncio.Event, released_with_session: bool = True
+    fd: int,
+    payload: bytes,
+    done: asyncio.Event,
+    cancelled: asyncio.Event,
+    released_with_session: bool = True,
+    pipe: str = "input.pipe",
 ) -> None:
     """All of ``payload`` to the non-blocking ``fd``, waiting while the pipe is full; given up when the command is
     ``done`` or its session ``cancelled`` (whose release closes ``fd`` when ``released_with_session``; the caller
-    closes any other)."""
+    closes any other). A failed write is the daemon's 500, naming its ``pipe``."""
     loop = asyncio.get_running_loop()
     view = memoryview(payload)
     while view and not done.is_set() and not cancelled.is_set():
@@ -554,7 +584,9 @@ async def _write_while(
         except BlockingIOError:
             pass
         except OSError as exc:
-            raise ApiError(500, f"internal server error: failed to write to input pipe: {exc.strerror}") from None
+            reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)  # Go's words: write <path>: <errno>
+            message = f"internal server error: failed to write to input pipe: write {pipe}: {reason}"
+            raise ApiError(500, message) from None
         writable: asyncio.Future[None] = loop.create_future()
         loop.add_writer(fd, _settle, writable)
         ending = asyncio.ensure_future(done.wait())
