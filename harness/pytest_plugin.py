@@ -266,7 +266,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         reason = exc.strerror or str(exc)
         report.sections.append(("chaos replay", f"{len(log)} fault decisions not written to {path}: {reason}\n"))
         return
-    command = replay_command(item.nodeid, settings.replay if settings.replay is not None else path)
+    command = replay_command(item.nodeid, settings.replay if settings.replay is not None else path, settings.seed)
     seed_note = "" if settings.replay is not None else f" (chaos seed {settings.seed})"
     report.sections.append(
         (

@@ -45,6 +45,10 @@ def log_path_for(log_dir: Path, nodeid: str, suffix: str = "") -> Path:
     return log_dir / f"{stem}-{digest}{suffix}.jsonl"
 
 
-def replay_command(nodeid: str, log_path: Path) -> str:
-    """The one shell command that reruns ``nodeid`` answering every request from the decisions in ``log_path``."""
-    return f"pytest {shlex.quote(nodeid)} --chaos-replay={shlex.quote(str(log_path))}"
+def replay_command(nodeid: str, log_path: Path, chaos_seed: int = DEFAULT_CHAOS_SEED) -> str:
+    """The one shell command that reruns ``nodeid`` answering every request from the decisions in ``log_path``.
+
+    A chaos seed other than the default goes with it: the log holds the fault decisions, but what else the seed
+    starts (the emulated Daytona's listing order) comes from the seed."""
+    command = f"pytest {shlex.quote(nodeid)} --chaos-replay={shlex.quote(str(log_path))}"
+    return command if chaos_seed == DEFAULT_CHAOS_SEED else f"{command} --chaos-seed={chaos_seed}"

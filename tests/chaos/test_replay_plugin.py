@@ -155,6 +155,8 @@ def test_seed_helpers() -> None:
     assert path.parent == Path("d") and "/" not in path.name and " " not in path.name
     assert log_path_for(Path("d"), "t[a/b]") != log_path_for(Path("d"), "t[a_b]")
     assert replay_command("t.py::x[a b]", Path("l o g.jsonl")) == "pytest 't.py::x[a b]' --chaos-replay='l o g.jsonl'"
+    # another seed goes with the log: it starts what the log does not hold (Daytona's listing order)
+    assert replay_command("t.py::x", Path("l.jsonl"), 7) == "pytest t.py::x --chaos-replay=l.jsonl --chaos-seed=7"
 
 
 def test_judge_and_virtual_time_fixtures(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
