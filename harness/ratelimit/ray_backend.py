@@ -19,7 +19,7 @@ from typing import Any
 from uuid import uuid4
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
 
 from harness.ratelimit.base import (
     LimiterConfig,
@@ -219,19 +219,34 @@ class RayLimiter(RemoteLimiter):
 def kill(name: str, namespace: str | None = None, timeout: float = 30.0) -> bool:
     """Kill the named limiter actor (tests, or a config change between jobs); ``False`` if there was none.
 
-    Returns once the actor is dead (``ray.kill`` only asks for it): a call made after this meets a dead actor, never
-    the old one still serving. ``TimeoutError`` if it still answers after ``timeout`` seconds."""
+    Returns once the actor is dead and its name free (``ray.kill`` only asks for it): a call made after this meets a
+    dead actor, never the old one still serving, and a limiter made after it is a new one. ``TimeoutError`` if that
+    has not happened within ``timeout`` seconds."""
     try:
         handle = ray.get_actor(actor_name(name), namespace=namespace)
     except ValueError:
         return False
     ray.kill(handle, no_restart=True)
     deadline = time.monotonic() + timeout
+    dead = False
     while (left := deadline - time.monotonic()) > 0:
-        try:
-            ray.get(handle.ping.remote(), timeout=left)  # answered while the kill is on its way
-        except RayActorError:
-            return True
-        except GetTimeoutError:
-            break
-    raise TimeoutError(f"the limiter actor {name!r} still answers {timeout:g} s after it was killed")
+        if not dead:
+            try:
+                ray.get(handle.ping.remote(), timeout=left)  # answered: the kill is still on its way
+            except ActorDiedError:
+                dead = True
+            except GetTimeoutError:
+                break
+            except RayActorError:  # unavailable for a moment (its node is busy): not known dead yet
+                pass
+        else:
+            try:
+                ray.get_actor(actor_name(name), namespace=namespace)
+            except ValueError:
+                return True
+        time.sleep(_KILL_POLL_S)  # neither the death nor the name's release is an event a driver can await
+    raise TimeoutError(f"the limiter actor {name!r} is not gone {timeout:g} s after it was killed")
+
+
+#: How often :func:`kill` looks again whether the killed actor is dead and its name free.
+_KILL_POLL_S = 0.01
