@@ -164,6 +164,7 @@ class ClientChannel:
         #: wait would end this execution only after that turn, once the transport has flushed the answer and the
         #: client it woke has had the CPU, which put the client's time into the journal's).
         stopped = False
+        delivering = False  # an item taken off the queue and not yet sent
         try:
             if not self._busy and not self._writer.done() and self._transport is not None:
                 # The writer waits for the queue (a frame put there stays in it until the writer runs): what is
@@ -173,8 +174,11 @@ class ClientChannel:
                 self._writer.cancel()
                 stopped = True
                 while not self._queue.empty() and self._unsent() <= STALLED_BYTES:  # a write now goes at once
+                    delivering = True
                     if not await self._deliver(self._queue.get_nowait()):
+                        delivering = False
                         break
+                    delivering = False
                 if not self._queue.empty() and not (self.gone or self._closed_cleanly):
                     self._writer = asyncio.ensure_future(self._write())
                     stopped = False
@@ -184,7 +188,7 @@ class ClientChannel:
             if not stopped and not self._writer.done():  # the time ran out (or our caller was cancelled): what is
                 self._writer.cancel()  # queued is dropped
                 self.cut = not self.gone
-            elif stopped and not self._queue.empty() and not (self.gone or self._closed_cleanly):
+            elif stopped and (delivering or not self._queue.empty()) and not (self.gone or self._closed_cleanly):
                 self.cut = True  # our caller was cancelled in the middle of the delivery
         if with_close_frame and self._closed_cleanly:
             return

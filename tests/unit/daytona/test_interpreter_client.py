@@ -225,3 +225,27 @@ def test_an_end_whose_caller_is_cancelled_in_the_middle_of_the_delivery_is_cut()
     socket, channel = asyncio.run(main())
     assert socket.sent == [] and socket.closed is None
     assert channel.cut and not channel.gone
+
+
+def test_an_end_cancelled_while_its_last_item_is_sent_is_cut() -> None:
+    """The queue is empty while its last item, the close frame, is on its way: a cancellation then still cuts."""
+
+    class SlowClose(FakeSocket):
+        async def close(self, code: int = 1000, reason: str = "") -> None:
+            await asyncio.Event().wait()  # never done
+
+    async def main() -> ClientChannel:
+        socket = SlowClose()
+        transport = FakeTransport(socket)
+        channel = ClientChannel(socket, capacity=8, close_wait=1.0, transport=transport)  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+        closing = asyncio.ensure_future(channel.close(1000))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        closing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await closing
+        return channel
+
+    channel = asyncio.run(main())
+    assert channel.cut and not channel.gone
