@@ -79,8 +79,8 @@ def wrapper(command_id: str, script: str, run_async: bool, fifo: str = "") -> st
         )
     elif fifo:
         lines.append(
-            f'{{ builtin : ; }} <>{q(fifo)} 2>/dev/null || builtin :; builtin wait "$__dtn_ip_pid" 2>/dev/null || '
-            "builtin :"
+            f"[[ -p {q(fifo)} ]] && {{ builtin : ; }} <>{q(fifo)} 2>/dev/null || builtin :; "  # never a new file
+            'builtin wait "$__dtn_ip_pid" 2>/dev/null || builtin :'
         )
     lines += [
         'builtin wait "$__dtn_out_pid" "$__dtn_err_pid" || builtin :',

@@ -241,8 +241,10 @@ def kill(name: str, namespace: str | None = None, timeout: float = 30.0) -> bool
                 pass
         else:
             try:
-                ray.get_actor(actor_name(name), namespace=namespace)
+                found = ray.get_actor(actor_name(name), namespace=namespace)
             except ValueError:
+                return True
+            if found._actor_id != handle._actor_id:  # already someone's new limiter of that name
                 return True
         time.sleep(_KILL_POLL_S)  # neither the death nor the name's release is an event a driver can await
     raise TimeoutError(f"the limiter actor {name!r} is not gone {timeout:g} s after it was killed")
