@@ -202,16 +202,21 @@ def test_serve_refuses_a_bad_daytona_latency_or_failed_auth() -> None:
         assert "Traceback" not in result.stderr
 
 
+def _daytona(proc: subprocess.Popen[str]) -> tuple[str, dict[str, str]]:
+    """A served emulator's base URL and the Daytona key it printed, as a bearer header."""
+    base = _base(proc)
+    assert proc.stdout is not None
+    key = re.search(r"DAYTONA_API_KEY=(\S+)", proc.stdout.readline())
+    assert key
+    return base, {"Authorization": f"Bearer {key.group(1)}"}
+
+
 def test_daytona_options_reach_the_emulated_api() -> None:
     """The options as the served API applies them: a creation that stays ``creating``, a deleted sandbox still found,
     the failed-auth throttler's 429 on the second refused key."""
     proc = _serve("--daytona-latency", "create=30,destroy=30", "--daytona-failed-auth", "2/60")
     try:
-        base = _base(proc)
-        assert proc.stdout is not None
-        key = re.search(r"DAYTONA_API_KEY=(\S+)", proc.stdout.readline())
-        assert key
-        headers = {"Authorization": f"Bearer {key.group(1)}"}
+        base, headers = _daytona(proc)
         made = requests.post(base + "/api/sandbox", json={}, headers=headers, timeout=30).json()
         assert made["state"] == "creating"
         refused = requests.delete(f"{base}/api/sandbox/{made['id']}", headers=headers, timeout=30)
@@ -227,11 +232,7 @@ def test_daytona_options_reach_the_emulated_api() -> None:
 def test_daytona_listing_seed_none_lists_sessions_in_creation_order() -> None:
     proc = _serve("--daytona-listing-seed", "none")
     try:
-        base = _base(proc)
-        assert proc.stdout is not None
-        key = re.search(r"DAYTONA_API_KEY=(\S+)", proc.stdout.readline())
-        assert key
-        headers = {"Authorization": f"Bearer {key.group(1)}"}
+        base, headers = _daytona(proc)
         made = requests.post(base + "/api/sandbox", json={}, headers=headers, timeout=30).json()
         names = [f"s{n}" for n in range(6)]
         for name in names:
