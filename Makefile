@@ -67,7 +67,7 @@ $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
 	command -v redis-server >/dev/null && command -v shellcheck >/dev/null || \
 		(apt-get update -qq && apt-get install -y -qq redis-server shellcheck >/dev/null)
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev,verl,daytona,bench,redis,ray,docs,trl]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,verl,daytona,bench,redis,ray,docs,trl,jupyter]'
 	touch $@ $(VENV)/.demo-installed $(VENV)/.rollout-installed $(VENV)/.trl-installed
 
 # verl 0.7.1 pins numpy<2 but not pyarrow, whose newest needs NumPy 2: pyarrow is pinned below 22.

@@ -33,7 +33,7 @@ from emulator.faults.replay import ReplayEngine
 from emulator.fd_limit import raise_open_file_limit
 from emulator.gate import FaultGate
 from emulator.journal import Journal
-from emulator.sandbox_fusion.jupyter import JupyterRunner
+from emulator.sandbox_fusion.jupyter import JUPYTER_ENGINES, JupyterRunner
 from emulator.sandbox_fusion.routes import (
     ROUTE_PING,
     ROUTE_RUN_CODE,
@@ -55,6 +55,14 @@ class EmulatorConfig:
     pod_name: str | None = field(default_factory=lambda: os.environ.get("MY_POD_NAME"))
     #: The emulated Daytona (API key, quotas, throttlers, latencies); see ``emulator/daytona/config.py``.
     daytona: DaytonaConfig = field(default_factory=DaytonaConfig)
+    #: How ``/run_jupyter`` runs cells: ``ipython`` (IPython's shell as ipykernel sets it up; a runtime Python
+    #: without IPython fails as the real driver does without its kernel packages), ``python`` (plain Python, the
+    #: last expression's ``repr``), ``auto`` (IPython where the runtime Python has it).
+    jupyter_engine: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.jupyter_engine not in JUPYTER_ENGINES:
+            raise ValueError(f"jupyter_engine must be one of {', '.join(JUPYTER_ENGINES)}, got {self.jupyter_engine!r}")
 
 
 class Emulator:
@@ -162,7 +170,8 @@ class Emulator:
         if self._service is None or self._service_executor is not executor:
             pod = self.config.pod_name
             self._service = SandboxFusionService(
-                CodeRunner(executor, self.python, pod), JupyterRunner(executor, self.python, pod)
+                CodeRunner(executor, self.python, pod),
+                JupyterRunner(executor, self.python, pod, self.config.jupyter_engine),
             )
             self._service_executor = executor
         return self._service

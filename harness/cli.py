@@ -159,7 +159,7 @@ def _serve(args: argparse.Namespace) -> int:
     from emulator.executor.cores import warm_interpreters
     from emulator.faults import FaultPlanError
     from emulator.server import serve_forever
-    from harness.runtime import python_problem
+    from harness.runtime import has_ipython, python_problem
 
     problem = python_problem(args.python) or check_temp_root(args.temp_root)
     if problem:
@@ -179,7 +179,14 @@ def _serve(args: argparse.Namespace) -> int:
     executor_config = _executor_config(args)
     assert isinstance(executor_config, ExecutorConfig)
     daytona_key = daytona.api_key
-    config = EmulatorConfig(executor=executor_config, daytona=daytona)
+    if args.jupyter_engine == "ipython" and not has_ipython(args.python):
+        print(
+            "sandbox-emulator: note: the runtime Python has no IPython, so /run_jupyter will fail as the real "
+            "driver does without its kernel packages (install sandbox-emulator[jupyter] into it, or use "
+            "--jupyter-engine auto)",
+            file=sys.stderr,
+        )
+    config = EmulatorConfig(executor=executor_config, daytona=daytona, jupyter_engine=args.jupyter_engine)
     try:
         emulator = Emulator(config, faults=args.faults)
     except (FaultPlanError, OSError, ValueError) as exc:
@@ -255,6 +262,13 @@ def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
         metavar="N|none",
         help="seed of the shuffled order in which sessions, their commands and interpreter contexts are listed (as "
         "the daemon's Go maps list them; default: 0); none lists them in creation order",
+    )
+    serve.add_argument(
+        "--jupyter-engine",
+        choices=["auto", "ipython", "python"],
+        default="auto",
+        help="how /run_jupyter runs cells: in IPython's shell as the real kernel does (ipython), as plain Python "
+        "(python), or in IPython where the runtime Python has it (auto, the default)",
     )
     serve.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     _add_runtime_options(serve)

@@ -46,3 +46,13 @@ def python_problem(explicit: str | None = None) -> str | None:
     if version < OLDEST_RUNTIME:
         return f"{named} is Python {version[0]}.{version[1]}; submitted Python needs 3.8 or newer"
     return None
+
+
+def has_ipython(explicit: str | None = None) -> bool:
+    """Whether the runtime interpreter can import IPython (``/run_jupyter``'s kernel shell)."""
+    python, _ = runtime_python(explicit)
+    try:
+        done = subprocess.run([python, "-c", "import IPython"], capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0

@@ -1,9 +1,12 @@
-"""``/run_jupyter``: cells run in order in one kernel-like process per request.
+"""``/run_jupyter``: cells run in order in one kernel per request.
 
 The answer has the recorded shape: a ``driver`` command result, one entry per cell (stdout, stderr, display,
 error) and fetched files. As on the real server, a cell that raises still gives top-level ``Success``; a driver
 that does not finish within ``total_timeout`` plus ten seconds gives ``Failed`` with no cells. ``cell_timeout`` and
 ``memory_limit_MB`` are taken and ignored, as upstream's driver and runner do.
+
+The kernel is IPython's shell as ipykernel sets it up, when the runtime Python has IPython (engine ``auto`` or
+``ipython``), or plain Python (``python``, or ``auto`` without IPython); see ``jupyter_driver.py``.
 """
 
 from __future__ import annotations
@@ -24,13 +27,18 @@ from emulator.sandbox_fusion.runners import collect_files, restore_files, to_com
 
 #: Upstream runs the driver with ``run_timeout=total_timeout + 10``.
 _DRIVER_GRACE_S = 10.0
+#: How cells run: IPython's shell as ipykernel drives it, plain Python, or IPython where the runtime has it.
+JUPYTER_ENGINES = ("auto", "ipython", "python")
 _DRIVER_SOURCE = resources.files("emulator.sandbox_fusion").joinpath("jupyter_driver.py").read_bytes()
 
 
 class JupyterRunner:
     """Runs a :class:`RunJupyterRequest` through the executor with the kernel-like driver."""
 
-    def __init__(self, executor: Executor, python: str, pod_name: str | None = None) -> None:
+    def __init__(self, executor: Executor, python: str, pod_name: str | None = None, engine: str = "auto") -> None:
+        if engine not in JUPYTER_ENGINES:
+            raise ValueError(f"jupyter engine must be one of {', '.join(JUPYTER_ENGINES)}, got {engine!r}")
+        self._engine = engine
         self._executor = executor
         self._python = python
         self._pod_name = pod_name
@@ -48,6 +56,7 @@ class JupyterRunner:
                     "cells": request.cells,
                     "cell_timeout": float(request.cell_timeout),
                     "total_timeout": float(request.total_timeout),
+                    "engine": self._engine,  # the driver takes it out before it prints the config
                 }
                 workdir.write_file("config.json", json.dumps(config).encode())
                 script = workdir.new_script(".py")

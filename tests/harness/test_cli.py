@@ -246,3 +246,26 @@ def test_daytona_listing_seed_none_lists_sessions_in_creation_order() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_serve_jupyter_engine_python_runs_cells_as_plain_python() -> None:
+    proc = _serve("--jupyter-engine", "python")
+    try:
+        base = _base(proc)
+        answer = requests.post(base + "/run_jupyter", json={"cells": ["list(range(40))"]}, timeout=60).json()
+        assert answer["cells"][0]["display"] == [{"text/plain": repr(list(range(40)))}]  # no pretty-printer
+        assert answer["driver"]["stderr"] == ""  # no kernel to warn
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_serve_notes_a_runtime_without_ipython_for_the_ipython_engine(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    proc = _serve("--jupyter-engine", "ipython", "--python", str(tmp_path / "bare" / "bin" / "python"))
+    try:
+        _base(proc)
+    finally:
+        proc.terminate()
+        _, stderr = proc.communicate(timeout=30)
+    assert "the runtime Python has no IPython, so /run_jupyter will fail" in stderr

@@ -108,24 +108,13 @@ def test_form_content_type_is_validated_as_text(reference_sandbox_fusion_url: st
     assert (answer.status_code, answer.json()) == (status, want)
 
 
-def test_run_jupyter_answer_shape(reference_sandbox_fusion_url: str) -> None:
+def test_run_jupyter_answer_is_the_recorded_one(reference_sandbox_fusion_url: str) -> None:
+    """The whole answer, the kernel's warning and IPython's ANSI traceback included; only the time differs."""
     recorded = json.loads(OTHER["run_jupyter"].rpartition(" [")[0])
     cells = json.loads(recorded["driver"]["stdout"].split("config: \n", 1)[1])["cells"]
     answer = requests.post(reference_sandbox_fusion_url + "/run_jupyter", json={"cells": cells}, timeout=60)
     assert answer.status_code == 200
     got = answer.json()
-    assert list(got) == list(recorded)
-    assert got["status"] == recorded["status"] == "Success"
-    assert got["driver"]["status"] == "Finished" and got["driver"]["return_code"] == 0
-    assert got["driver"]["stdout"] == recorded["driver"]["stdout"]
-    assert len(got["cells"]) == len(recorded["cells"])
-    for mine, theirs in zip(got["cells"], recorded["cells"], strict=True):
-        assert list(mine) == list(theirs)
-        assert (mine["stdout"], mine["stderr"], mine["display"]) == (
-            theirs["stdout"],
-            theirs["stderr"],
-            theirs["display"],
-        )
-        assert [(e["ename"], e["evalue"]) for e in mine["error"]] == [
-            (e["ename"], e["evalue"]) for e in theirs["error"]
-        ]
+    assert isinstance(got["driver"].pop("execution_time"), float)
+    recorded["driver"].pop("execution_time")
+    assert json.dumps(got) == json.dumps(recorded)  # the keys' order too

@@ -1,0 +1,221 @@
+"""``/run_jupyter`` in IPython's shell as ipykernel sets it up (the ``ipython`` engine), and the plain-Python engine.
+
+The exact answer of the real service (tracebacks included) is compared in ``tests/reference``; these tests check the
+kernel's behaviours that the recording does not show, each as IPython and ipykernel 6 define it: the output of a
+trailing ``;``, ``display()``, the pretty-printer, ``!cmd``, magics, top-level ``await``, the kernel's environment,
+output written at the file-descriptor level, the cell file names of ipykernel's compiler, ``input()``, and a kernel
+that stops with cells left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+from typing import Any
+
+import httpx
+import pytest
+
+from emulator.app import Emulator, EmulatorConfig
+from emulator.executor import ExecutorConfig
+from emulator.sandbox_fusion.jupyter_driver import CELL_HASH_SEED, KERNEL_WARNING, murmur2
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _run(cells: list[str], engine: str = "auto", python: str | None = None, **fields: Any) -> dict[str, Any]:
+    """One ``/run_jupyter`` request to a fresh in-process emulator."""
+    executor = ExecutorConfig(python=python) if python else ExecutorConfig()
+    emulator = Emulator(EmulatorConfig(executor=executor, jupyter_engine=engine))
+
+    async def main() -> dict[str, Any]:
+        transport = httpx.ASGITransport(app=emulator.app)
+        try:
+            async with httpx.AsyncClient(transport=transport, base_url="http://sandbox", timeout=120) as client:
+                answer = await client.post("/run_jupyter", json={"cells": cells, **fields})
+                assert answer.status_code == 200, answer.text
+                return dict(answer.json())
+        finally:
+            await emulator.aclose()
+
+    return asyncio.run(main())
+
+
+def _plain(text: str) -> str:
+    return ANSI.sub("", text)
+
+
+@pytest.fixture(scope="module")
+def python_without_ipython(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A runtime interpreter that cannot import IPython: a bare virtual environment."""
+    where = tmp_path_factory.mktemp("bare-venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
+    python = str(where / "bin" / "python")
+    assert subprocess.run([python, "-c", "import IPython"], capture_output=True).returncode != 0
+    return python
+
+
+def test_murmur2_gives_ipykernels_cell_names() -> None:
+    # Values of ipykernel 6's murmur2_x86 with its seed, for inputs of each tail length and a multi-byte character.
+    known = {
+        "": 3990065800,
+        "a": 2167009006,
+        "ab": 2805137849,
+        "abc": 3350977461,
+        "abcd": 804720481,
+        "é": 2171970256,
+        'raise RuntimeError("error message")': 1306137650,
+    }
+    assert {text: murmur2(text.encode(), CELL_HASH_SEED) for text in known} == known
+
+
+def test_cells_run_as_the_kernel_runs_them() -> None:
+    cells = [
+        "a = 1;",  # 0: an assignment shows nothing
+        "a;",  # 1: a trailing semicolon hides the value
+        "a",  # 2
+        "display(5); display('x')",  # 3: display() without an import, one bundle per call
+        "list(range(40))",  # 4: IPython's pretty-printer breaks a long list, one item per line
+        "{3, 1, 2}",  # 5: and sorts a set
+        "import asyncio\nawait asyncio.sleep(0)\n7",  # 6: top-level await
+        "!echo hi; echo there",  # 7: a shell command through a terminal, as the kernel runs it
+        "_exit_code",  # 8
+        "%time x = 1",  # 9
+        "from IPython.display import HTML\nHTML('<b>x</b>')",  # 10: every MIME type of the value
+        "In[1], get_ipython().execution_count",  # 11: the driver's health check was In[1]
+        "import os; os.system('echo fd'); print('py'); os.write(2, b'e2')",  # 12: descriptor-level output, in order
+        "[os.environ[k] for k in ('TERM', 'CLICOLOR', 'FORCE_COLOR', 'CLICOLOR_FORCE', 'PAGER', 'GIT_PAGER')]",  # 13
+        "import warnings; warnings.warn('w')",  # 14: the cell's file is ipykernel's compiler's name for it
+        "def f(:",  # 15
+        "len?",  # 16: paged help goes to the frontend only
+        "import sys; sys.stdout.buffer",  # 17: the kernel's stream has no buffer
+        "sys.stdout.write('abc')",  # 18
+        "__name__",  # 19
+    ]
+    answer = _run(cells)
+    assert answer["status"] == "Success", answer
+    assert answer["driver"]["stderr"] == KERNEL_WARNING
+    got = answer["cells"]
+    assert [len(cell["display"]) for cell in got[:3]] == [0, 0, 1]
+    assert got[2]["display"] == [{"text/plain": "1"}]
+    assert got[3]["display"] == [{"text/plain": "5"}, {"text/plain": "'x'"}]
+    assert got[4]["display"] == [{"text/plain": "[" + ",\n ".join(str(n) for n in range(40)) + "]"}]
+    assert got[5]["display"] == [{"text/plain": "{1, 2, 3}"}]
+    assert got[6]["display"] == [{"text/plain": "7"}]
+    assert got[7]["stdout"] == "hi\r\nthere\r\n"
+    assert got[8]["display"] == [{"text/plain": "0"}]
+    assert got[9]["stdout"].startswith("CPU times: ") and "Wall time: " in got[9]["stdout"]
+    assert got[10]["display"] == [{"text/plain": "<IPython.core.display.HTML object>", "text/html": "<b>x</b>"}]
+    assert got[11]["display"] == [{"text/plain": "('print(123)', 13)"}]
+    assert (got[12]["stdout"], got[12]["stderr"]) == ("fd\npy\n", "e2")
+    assert got[13]["display"] == [{"text/plain": "['xterm-color', '1', '1', '1', 'cat', 'cat']"}]
+    warning = re.fullmatch(r"/tmp/ipykernel_(\d+)/(\d+)\.py:1: UserWarning: w\n  (.*)\n", got[14]["stderr"])
+    assert warning is not None, got[14]
+    assert warning[2] == str(murmur2(cells[14].encode(), CELL_HASH_SEED)) and warning[3] == cells[14]
+    [syntax] = got[15]["error"]
+    assert (syntax["ename"], syntax["evalue"]) == (
+        "SyntaxError",
+        f"invalid syntax ({murmur2(cells[15].encode(), CELL_HASH_SEED)}.py, line 1)",
+    )
+    assert "Cell \x1b[0;32mIn[17], line 1" in syntax["traceback"][0]
+    assert got[16] == {"stdout": "", "stderr": "", "display": [], "error": []}
+    assert [(e["ename"], e["evalue"]) for e in got[17]["error"]] == [
+        ("AttributeError", "'OutStream' object has no attribute 'buffer'")
+    ]
+    assert (got[18]["stdout"], got[18]["display"]) == ("abc", [{"text/plain": "3"}])
+    assert got[19]["display"] == [{"text/plain": "'__main__'"}]
+
+
+def test_input_meets_the_drivers_closed_stdin() -> None:
+    """The driver answers an input request from its own stdin, closed: the prompt lands in the driver's stdout, and
+    the kernel raises EOFError."""
+    answer = _run(["name = input('name? ')", "import getpass; getpass.getpass('secret: ')", "print('after')"])
+    assert answer["status"] == "Success", answer
+    assert answer["driver"]["stdout"].endswith("}\nname? secret: ")
+    for cell in answer["cells"][:2]:
+        [error] = cell["error"]
+        assert (error["ename"], error["evalue"]) == ("EOFError", "")
+        # The separator, the header, the cell's frame, the frame that raised (ipykernel's two frames in the real
+        # kernel, the driver's one here), the exception.
+        assert len(error["traceback"]) == 5, error
+        assert "raise" in _plain(error["traceback"][3]) and "EOFError" in _plain(error["traceback"][3])
+        assert (cell["stdout"], cell["stderr"]) == ("", "")
+    assert answer["cells"][2]["stdout"] == "after\n"
+
+
+def test_a_subprocess_given_the_cells_stream_writes_to_the_drivers_stdout() -> None:
+    """The kernel's ``sys.stdout.fileno()`` is its original stdout, which it inherits from the driver."""
+    answer = _run(["import subprocess, sys\nsubprocess.run(['echo', 'direct'], stdout=sys.stdout); None"])
+    assert answer["cells"][0]["stdout"] == ""
+    assert answer["driver"]["stdout"].endswith("}\ndirect\n")
+
+
+def test_exit_as_the_last_cell_is_answered() -> None:
+    answer = _run(["x = 1", "exit()"])
+    assert answer["status"] == "Success", answer
+    assert answer["cells"][1] == {"stdout": "", "stderr": "", "display": [], "error": []}
+
+
+def test_a_kernel_that_stopped_leaves_the_driver_waiting_for_its_timeout() -> None:
+    """``exit()`` stops the kernel (ipykernel stops its loop) and a crash ends it: the driver waits for the next
+    reply until its command's time (``total_timeout`` + 10 s) is up, and the answer has no cells."""
+
+    async def both() -> list[dict[str, Any]]:
+        return list(
+            await asyncio.gather(
+                asyncio.to_thread(_run, ["exit()", "print('never')"], total_timeout=0),
+                asyncio.to_thread(_run, ["print('before')", "import os; os._exit(0)"], total_timeout=0),
+            )
+        )
+
+    for answer in asyncio.run(both()):
+        assert answer["status"] == "Failed", answer
+        assert answer["driver"]["status"] == "TimeLimitExceeded"
+        assert answer["driver"]["return_code"] is None
+        assert answer["driver"]["execution_time"] >= 10
+        assert answer["cells"] == []
+
+
+def test_the_python_engine_runs_plain_python() -> None:
+    answer = _run(["list(range(40))", "a = 1;", "1/0"], engine="python")
+    assert answer["status"] == "Success", answer
+    assert answer["driver"]["stderr"] == ""
+    assert answer["cells"][0]["display"] == [{"text/plain": repr(list(range(40)))}]
+    assert answer["cells"][1]["display"] == []
+    [error] = answer["cells"][2]["error"]
+    assert (error["ename"], error["evalue"]) == ("ZeroDivisionError", "division by zero")
+    assert error["traceback"][0] == "Traceback (most recent call last):"
+    assert list(error) == ["traceback", "ename", "evalue"]
+
+
+def test_without_ipython_auto_runs_plain_python_and_ipython_fails_as_the_driver_does(
+    python_without_ipython: str,
+) -> None:
+    answer = _run(["list(range(40))"], engine="auto", python=python_without_ipython)
+    assert answer["status"] == "Success", answer
+    assert answer["cells"][0]["display"] == [{"text/plain": repr(list(range(40)))}]
+    # Upstream's driver imports its kernel packages first: without them it ends before printing its config.
+    answer = _run(["list(range(40))"], engine="ipython", python=python_without_ipython)
+    assert answer["status"] == "Failed", answer
+    driver = answer["driver"]
+    assert (driver["status"], driver["return_code"], driver["stdout"]) == ("Finished", 1, "")
+    assert driver["stderr"].rstrip().endswith("ModuleNotFoundError: No module named 'IPython'")
+    assert answer["cells"] == []
+
+
+def test_an_unknown_engine_is_refused() -> None:
+    with pytest.raises(ValueError, match="jupyter_engine must be one of auto, ipython, python, got 'ruby'"):
+        EmulatorConfig(jupyter_engine="ruby")
+
+
+def test_the_cells_results_are_json_even_for_binary_bundles() -> None:
+    """A value whose PNG representation is bytes is sent base64-encoded, as the kernel encodes images."""
+    cell = "class P:\n    def _repr_png_(self):\n        return b'\\x89PNG'\nP()"
+    answer = _run([cell])
+    [bundle] = answer["cells"][0]["display"]
+    assert bundle["image/png"] == "iVBORw=="
+    assert json.loads(json.dumps(answer)) == answer
+    assert _plain(bundle["text/plain"]).startswith("<")
