@@ -6,27 +6,35 @@ the per-cell results to ``cells.json``: per cell stdout, stderr, ``display`` (th
 of a trailing expression's value) and ``error`` (``traceback``, ``ename``, ``evalue``).
 
 The real driver starts an IPython kernel (ipykernel) and sends it each cell. Here, with the ``ipython`` engine, the
-cells run in IPython's own shell, set up the way ipykernel sets up its shell: the cell file names of its compiler,
-its environment variables, ``!cmd`` through a pipe, the traceback of an error as the kernel sends it (IPython's
+cells run in IPython's own shell in a process the driver forks (the kernel), set up the way ipykernel sets up its
+shell and runs a request: in a running asyncio loop, with the cell file names of its compiler, its ``sys.argv`` and
+environment variables, ``!cmd`` through a terminal, the traceback of an error as the kernel sends it (IPython's
 structured, ANSI-coloured lines), output captured at the file-descriptor level, ``input()`` answered with the end of
-input, and a kernel that stops (``exit()``, or a crash) leaves the cells after it unanswered, so the driver waits
-until its time is up. The ``python`` engine, for runtimes without IPython, runs cells as plain Python and shows the
+input; a kernel that stops (``exit()``, or a crash) leaves the cells after it unanswered, so the driver waits until
+its time is up. The ``python`` engine, for runtimes without IPython, runs cells as plain Python and shows the
 last expression's ``repr``.
 """
 
 from __future__ import annotations
 
 import ast
+import asyncio
+import atexit
 import base64
+import datetime
 import io
 import json
+import math
+import numbers
 import os
 import signal
 import struct
 import sys
 import tempfile
+import time
 import traceback
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
 
@@ -113,28 +121,72 @@ def run_plain(cells: list[str], results_path: str) -> None:
     results: list[dict[str, Any]] = []
     for index, cell in enumerate(cells):
         results.append(_run_plain_cell(cell, namespace, index + 2))
-        with open(results_path, "w") as f:
-            json.dump(results, f)
+        write_results(results, results_path)
+
+
+# --------------------------------------------------------------------------- JSON as the kernel's messages carry it
+
+
+def scrub_text(text: str) -> str:
+    """A string as it comes out of a kernel message: lone surrogates (which JSON's UTF-8 cannot hold) replaced."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        raw = text.encode("utf-8", "surrogateescape")  # jupyter_client's packing...
+    except UnicodeEncodeError:
+        raw = text.encode("utf-8", "replace")
+    return raw.decode("utf-8", "replace")  # ...and its unpacking
+
+
+def _json_ready(value: Any) -> Any:
+    """A value in the form JSON takes it as the kernel sends it: containers as lists, bytes base64, NaN as text."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, str):
+        return scrub_text(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return repr(value) if math.isnan(value) or math.isinf(value) else float(value)
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, dict):
+        return {scrub_text(str(key)): _json_ready(item) for key, item in value.items()}
+    if isinstance(value, datetime.datetime | datetime.date):
+        return value.isoformat()
+    if isinstance(value, Iterable):
+        return [_json_ready(item) for item in value]
+    return scrub_text(repr(value))
+
+
+def write_results(results: list[dict[str, Any]], results_path: str) -> None:
+    """The cells' results, as the driver writes its output file (its directory made again if a cell removed it)."""
+    os.makedirs(os.path.dirname(results_path), exist_ok=True)
+    with open(results_path, "w") as f:
+        json.dump(_json_ready(results), f)
 
 
 # --------------------------------------------------------------------------- IPython, as ipykernel drives it
 
 
 class OutStream(io.TextIOBase):
-    """``sys.stdout``/``sys.stderr`` of a cell, named and behaving as ipykernel's (no ``buffer``, str only).
+    """``sys.stdout``/``sys.stderr`` of the kernel, named and behaving as ipykernel's (str only, no ``buffer``).
 
-    The kernel's streams also forward what the process writes to descriptors 1 and 2 (a subprocess, a C library),
-    so text written here goes straight to the descriptor, which points at one file per stream during a cell: both
-    kinds of output keep the order they were written in. ``fileno()`` is, as in the kernel, a copy of the process's
-    original stream: the driver's.
+    Text goes to the stream's file, where the process's descriptor 1 (or 2) also points: the kernel forwards what a
+    subprocess or a C library writes there too, and both kinds keep their order. ``fileno()`` is, as in the kernel,
+    a copy of the process's original stream (the driver's).
     """
 
     encoding = "UTF-8"
 
-    def __init__(self, fd: int, original: int, name: str) -> None:
+    def __init__(self, fd: int, original: int, name: str, written: list[tuple[int, int]]) -> None:
         super().__init__()
         self._fd = fd
         self._original = original
+        self._written = written
         self.name = name
 
     def writable(self) -> bool:
@@ -146,54 +198,95 @@ class OutStream(io.TextIOBase):
     def fileno(self) -> int:
         return self._original
 
+    def flush(self) -> None:
+        """Nothing is held back to flush; and, as the kernel's, no error once closed."""
+
     def write(self, text: str) -> int:
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text)}")
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
         data = text.encode("utf-8", "surrogatepass")
         while data:
-            data = data[os.write(self._fd, data) :]
+            sent = os.write(self._fd, data)
+            end = os.lseek(self._fd, 0, os.SEEK_CUR)
+            self._written.append((end - sent, end))
+            data = data[sent:]
         return len(text)
 
 
-class CellCapture:
-    """Points descriptors 1 and 2 at fresh unnamed files for one cell and reads them back after it."""
+class KernelStreams:
+    """The kernel's output streams for its whole life: one append-only file per stream behind descriptors 1 and 2.
+
+    A cell's output is what the file gained while it ran, whoever wrote it (a background process's late output
+    included). What was written at the descriptor level, not through ``sys.stdout``/``sys.stderr``, the kernel also
+    copies to its original streams, which are the driver's.
+    """
 
     def __init__(self) -> None:
-        self._originals = {fd: os.dup(fd) for fd in (1, 2)}
-        self._files: dict[int, int] = {}
-        self._streams = (sys.stdout, sys.stderr)
-
-    def start(self) -> None:
-        self._streams = (sys.stdout, sys.stderr)
+        self.originals = {fd: os.dup(fd) for fd in (1, 2)}
+        self._readers: dict[int, int] = {}
+        self._written: dict[int, list[tuple[int, int]]] = {1: [], 2: []}
+        self._done = {1: 0, 2: 0}  # how far each file has been copied to the driver's streams
+        self._start = {1: 0, 2: 0}
         sys.stdout.flush()
         sys.stderr.flush()
+        writers = {}
         for fd in (1, 2):
             handle, path = tempfile.mkstemp()
+            writers[fd] = os.open(path, os.O_WRONLY | os.O_APPEND)
             os.unlink(path)
-            self._files[fd] = handle
-            os.dup2(handle, fd)
-        sys.stdout = OutStream(1, self._originals[1], "stdout")
-        sys.stderr = OutStream(2, self._originals[2], "stderr")
+            self._readers[fd] = handle
+            os.dup2(writers[fd], fd)
+        sys.stdout = OutStream(writers[1], self.originals[1], "stdout", self._written[1])
+        sys.stderr = OutStream(writers[2], self.originals[2], "stderr", self._written[2])
 
-    def stop(self) -> tuple[str, str]:
+    def _size(self, fd: int) -> int:
+        return os.fstat(self._readers[fd]).st_size
+
+    def _read(self, fd: int, start: int, end: int) -> bytes:
+        chunks = []
+        while start < end:
+            chunk = os.pread(self._readers[fd], min(end - start, 1 << 20), start)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            start += len(chunk)
+        return b"".join(chunks)
+
+    def _copy_descriptor_output(self, fd: int, end: int) -> None:
+        """Copies to the driver's stream what reached the file below ``end`` other than through the OutStream."""
+        start = self._done[fd]
+        written = sorted(r for r in self._written[fd] if r[1] > start)
+        self._written[fd][:] = [r for r in written if r[1] > end]
+        for low, high in [*written, (end, end)]:
+            if low > start:
+                data = self._read(fd, start, min(low, end))
+                while data:
+                    data = data[os.write(self.originals[fd], data) :]
+            start = max(start, min(high, end))
+            if start >= end:
+                break
+        self._done[fd] = end
+
+    def begin(self) -> None:
+        for fd in (1, 2):
+            self._start[fd] = self._size(fd)
+            self._copy_descriptor_output(fd, self._start[fd])
+
+    def end(self) -> tuple[str, str]:
         """The cell's stdout and stderr."""
-        sys.stdout, sys.stderr = self._streams
         texts = []
-        for fd, original in self._originals.items():
-            os.dup2(original, fd)
-            handle = self._files.pop(fd)
-            os.lseek(handle, 0, os.SEEK_SET)
-            chunks = []
-            while chunk := os.read(handle, 1 << 16):
-                chunks.append(chunk)
-            os.close(handle)
-            texts.append(b"".join(chunks).decode("utf-8", "replace"))
+        for fd in (1, 2):
+            stop = self._size(fd)
+            self._copy_descriptor_output(fd, stop)
+            texts.append(self._read(fd, self._start[fd], stop).decode("utf-8", "replace"))
         return texts[0], texts[1]
 
-
-def _clean(bundle: dict[str, Any]) -> dict[str, Any]:
-    """A MIME bundle as the kernel sends it: binary data (images) base64-encoded."""
-    return {mime: base64.b64encode(v).decode("ascii") if isinstance(v, bytes) else v for mime, v in bundle.items()}
+    def close(self) -> None:
+        """What came after the last cell, copied as the kernel's watcher would until its shutdown."""
+        for fd in (1, 2):
+            self._copy_descriptor_output(fd, self._size(fd))
 
 
 def load_ipython() -> dict[str, ModuleType]:
@@ -204,6 +297,7 @@ def load_ipython() -> dict[str, ModuleType]:
     import IPython.core.displaypub
     import IPython.core.error
     import IPython.core.interactiveshell
+    import traitlets
     import traitlets.config
 
     return {
@@ -213,6 +307,7 @@ def load_ipython() -> dict[str, ModuleType]:
         "displaypub": IPython.core.displaypub,
         "error": IPython.core.error,
         "interactiveshell": IPython.core.interactiveshell,
+        "traitlets": traitlets,
         "config": traitlets.config,
     }
 
@@ -220,6 +315,7 @@ def load_ipython() -> dict[str, ModuleType]:
 def _make_shell(mods: dict[str, ModuleType], cell: dict[str, Any]) -> Any:
     """IPython's shell with the parts ipykernel replaces replaced; outputs go to ``cell["display"|"error"]``."""
     base_shell = mods["interactiveshell"].InteractiveShell
+    exit_autocall = mods["autocall"].ZMQExitAutocall
 
     class KernelCompiler(mods["compilerop"].CachingCompiler):  # type: ignore[misc]
         def get_code_name(self, raw_code: str, transformed_code: str, number: int) -> str:
@@ -230,7 +326,7 @@ def _make_shell(mods: dict[str, ModuleType], cell: dict[str, Any]) -> Any:
             pass
 
         def write_format_data(self, format_dict: dict[str, Any], md_dict: Any = None) -> None:
-            cell["display"].append(_clean(format_dict))
+            cell["display"].append(format_dict)
 
         def finish_displayhook(self) -> None:
             sys.stdout.flush()
@@ -238,7 +334,8 @@ def _make_shell(mods: dict[str, ModuleType], cell: dict[str, Any]) -> Any:
 
     class KernelDisplayPublisher(mods["displaypub"].DisplayPublisher):  # type: ignore[misc]
         def publish(self, data: dict[str, Any], metadata: Any = None, *args: Any, **kwargs: Any) -> None:
-            cell["display"].append(_clean(data))
+            if not kwargs.get("update"):  # an update_display_data message, which the driver does not collect
+                cell["display"].append(data)
 
         def clear_output(self, wait: bool = False) -> None:
             pass
@@ -247,11 +344,19 @@ def _make_shell(mods: dict[str, ModuleType], cell: dict[str, Any]) -> Any:
         keepkernel_on_exit = None
         system = base_shell.system_piped
 
+        @mods["traitlets"].default("exiter")  # type: ignore[untyped-decorator]
+        def _default_exiter(self) -> Any:
+            return exit_autocall(self)
+
         def init_environment(self) -> None:
             os.environ.update(KERNEL_ENV)
 
         def init_virtualenv(self) -> None:
             pass
+
+        def enable_gui(self, gui: str | None = None) -> None:
+            if gui not in (None, "inline"):  # the kernel's event loops for GUI toolkits are not here
+                super().enable_gui(gui)
 
         def ask_exit(self) -> None:
             self.exit_now = not self.keepkernel_on_exit
@@ -269,8 +374,6 @@ def _make_shell(mods: dict[str, ModuleType], cell: dict[str, Any]) -> Any:
         displayhook_class=KernelDisplayHook,
         display_pub_class=KernelDisplayPublisher,
     )
-    shell.exiter = mods["autocall"].ZMQExitAutocall(shell)
-    shell.user_ns["exit"] = shell.user_ns["quit"] = shell.exiter
     # The kernel sends what IPython would page (``obj?``, ``%less``) and ``%edit``'s file to the frontend in the
     # execute reply, which the driver does not read: nothing of it reaches a cell's output (and no pager or editor
     # is started here).
@@ -293,75 +396,162 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
     """What reaches a cell's output of something the kernel sends to the frontend only."""
 
 
-#: The driver's own stdout, in the kernel's process (where the driver would print an input request's prompt).
-_driver_stdout: int | None = None
+class _Driver:
+    """The driver's own streams, as the kernel's process holds them: where an input request's prompt is shown."""
+
+    stdout = -1
+    stderr = -1
+    getpass: Callable[..., str] | None = None
 
 
 def _no_stdin(prompt: object = "", *args: Any, **kwargs: Any) -> str:
-    """``input()``/``getpass()`` in the kernel: the driver answers from its own stdin, which is closed.
+    """``input()`` in the kernel: the driver answers from its own stdin, which is closed (``EOFError``).
 
-    The real kernel raises the EOFError in two frames of ipykernel's; here the traceback's last frame is this one.
+    The driver's ``input(prompt)`` shows the prompt on its stdout. The real kernel raises the EOFError in two frames
+    of ipykernel's; here the traceback's last frame is this one.
     """
-    if _driver_stdout is not None:
-        os.write(_driver_stdout, str(prompt).encode("utf-8", "replace"))
+    os.write(_Driver.stdout, str(prompt).encode("utf-8", "replace"))
     raise EOFError
+
+
+def _no_stdin_password(prompt: str = "Password: ", stream: object = None) -> str:
+    """``getpass()`` in the kernel: the driver's getpass, without a terminal, warns and prompts on its stderr."""
+    assert _Driver.getpass is not None
+    with os.fdopen(os.dup(_Driver.stderr), "w") as err, open(os.devnull) as closed:
+        saved = sys.stdin, sys.stderr
+        sys.stdin, sys.stderr = closed, err
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("default")
+                _Driver.getpass(prompt)
+        except EOFError:
+            pass
+        finally:
+            sys.stdin, sys.stderr = saved
+    raise EOFError
+
+
+async def _execute(shell: Any, code: str) -> None:
+    """One execute request, as ipykernel's ``do_execute`` runs it: inside the kernel's running event loop."""
+    preprocessing_exc_tuple = None
+    try:
+        transformed = shell.transform_cell(code)
+    except Exception:
+        transformed = code
+        preprocessing_exc_tuple = sys.exc_info()
+    if shell.should_run_async(code, transformed_cell=transformed, preprocessing_exc_tuple=preprocessing_exc_tuple):
+        running = asyncio.ensure_future(
+            shell.run_cell_async(
+                code, store_history=True, transformed_cell=transformed, preprocessing_exc_tuple=preprocessing_exc_tuple
+            )
+        )
+        result = None
+        try:
+            result = await running
+        finally:
+            shell.events.trigger("post_execute")
+            shell.events.trigger("post_run_cell", result)
+    else:
+        shell.run_cell(code, store_history=True)
 
 
 def run_kernel(mods: dict[str, ModuleType], cells: list[str], results_path: str) -> bool:
     """Runs the cells in the kernel shell; False when the kernel stopped with cells left (they never answer)."""
     import builtins
     import getpass
+    import sysconfig
+    import uuid
 
+    os.environ["JPY_PARENT_PID"] = str(os.getppid())
+    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    runtime = os.path.join(os.path.expanduser("~"), ".local", "share", "jupyter", "runtime")
+    sys.argv[:] = [
+        os.path.join(sysconfig.get_paths()["purelib"], "ipykernel_launcher.py"),
+        "-f",
+        os.path.join(runtime, f"kernel-{uuid.uuid4()}.json"),
+    ]
     cell: dict[str, Any] = {"stdout": "", "stderr": "", "display": [], "error": []}
+    streams = KernelStreams()
+    _Driver.stdout, _Driver.stderr = streams.originals[1], streams.originals[2]
     shell = _make_shell(mods, cell)
     builtins.input = _no_stdin
-    getpass.getpass = _no_stdin
+    _Driver.getpass = getpass.getpass
+    getpass.getpass = _no_stdin_password
     results: list[dict[str, Any]] = []
-    capture = CellCapture()
-    for index, source in enumerate([HEALTH_CHECK, *cells]):
-        cell.update(stdout="", stderr="", display=[], error=[])
-        capture.start()
-        try:
-            shell.run_cell(source, store_history=True)
-        finally:
-            cell["stdout"], cell["stderr"] = capture.stop()
-        if index:
-            results.append(dict(cell))
-        if shell.exit_now and index < len(cells):
-            return False
-    with open(results_path, "w") as f:
-        json.dump(results, f, default=str)
-    return True
+
+    async def serve() -> bool:
+        for index, source in enumerate([HEALTH_CHECK, *cells]):
+            cell.update(stdout="", stderr="", display=[], error=[])
+            streams.begin()
+            try:
+                await _execute(shell, source)
+            finally:
+                cell["stdout"], cell["stderr"] = streams.end()
+            if index:
+                results.append(dict(cell))
+            if shell.exit_now and index < len(cells):
+                return False
+            await asyncio.sleep(0)  # the loop runs between two requests: tasks a cell started go on
+        return True
+
+    finished = asyncio.run(serve())
+    streams.close()
+    if finished:
+        write_results(results, results_path)
+    return finished
+
+
+#: The kernel's word to the driver, on a pipe: its cells all ran (the results are written), or it failed itself.
+_DONE, _BROKEN = b"D", b"B"
+#: How long the driver's shutdown of the kernel waits for it to end (jupyter_client's shutdown_wait_time).
+_SHUTDOWN_WAIT_S = 5.0
 
 
 def _kernel_process(mods: dict[str, ModuleType], cells: list[str], results_path: str) -> None:
-    """Runs the kernel in a child and waits for it; a kernel that stopped early leaves the driver waiting."""
+    """Runs the kernel in a child and waits for its word; a kernel that stopped early leaves the driver waiting."""
     read_end, write_end = os.pipe()
-    driver_stdout = os.dup(1)
     pid = os.fork()
     if pid == 0:
         os.close(read_end)
-        global _driver_stdout
-        _driver_stdout = driver_stdout
-        status = 1
+        word = _BROKEN
         try:
-            if run_kernel(mods, cells, results_path):
-                os.write(write_end, b"done")
-                status = 0
+            word = _DONE if run_kernel(mods, cells, results_path) else b""
+        except BaseException:
+            os.write(2, traceback.format_exc().encode("utf-8", "replace"))
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(status)
+            if word:
+                os.write(write_end, word)
+            os.close(write_end)
+        # The driver shuts the kernel down: its exit handlers run (multiprocessing ends its daemonic children).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        try:
+            atexit._run_exitfuncs()
+        finally:
+            os._exit(0)
     os.close(write_end)
-    os.close(driver_stdout)
-    answer = b""
-    while chunk := os.read(read_end, 64):
-        answer += chunk
-    os.waitpid(pid, 0)
-    if answer != b"done":
+    word = os.read(read_end, 1)  # a process the kernel forked may hold the pipe open: one byte, not the end
+    if word == _BROKEN:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        sys.exit(1)
+    if word != _DONE:
         # The real driver waits for the reply of a kernel that is gone until the sandbox's timeout ends it.
         while True:
             signal.pause()
+    _shut_down(pid)
+
+
+def _shut_down(pid: int) -> None:
+    """Waits for the kernel to end, and kills it past the shutdown's wait."""
+    deadline = time.monotonic() + _SHUTDOWN_WAIT_S
+    while time.monotonic() < deadline:
+        if os.waitpid(pid, os.WNOHANG) != (0, 0):
+            return
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
 
 
 def main() -> None:

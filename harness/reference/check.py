@@ -246,6 +246,13 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if not args.reference_url:  # the emulator runs the cases: its runtime Python must work
+        from harness.runtime import python_problem
+
+        problem = python_problem()
+        if problem is not None:
+            print(f"sandbox-emulator check-reference: {problem}", file=sys.stderr)
+            return 2
     services = list(SERVICES) if service == "all" else [service]
     try:
         registry = load_registry(args.registry)

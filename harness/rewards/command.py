@@ -101,8 +101,9 @@ def _options(args: argparse.Namespace) -> GRPOJobOptions:
 
 def run(args: argparse.Namespace) -> int:
     from harness.outputs import file_problem, write_text
+    from harness.runtime import python_problem
 
-    problem = file_problem(args.json, "--json") if args.json else None
+    problem = python_problem() or (file_problem(args.json, "--json") if args.json else None)
     if problem:  # found out before training, not after
         print(f"error: {problem}", file=sys.stderr)
         return 2

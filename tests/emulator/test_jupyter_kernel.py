@@ -10,6 +10,7 @@ that stops with cells left.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import re
 import subprocess
@@ -97,7 +98,9 @@ def test_cells_run_as_the_kernel_runs_them() -> None:
     ]
     answer = _run(cells)
     assert answer["status"] == "Success", answer
-    assert answer["driver"]["stderr"] == KERNEL_WARNING
+    # What a cell writes at the descriptor level the kernel also copies to its own streams, the driver's.
+    assert answer["driver"]["stderr"] == KERNEL_WARNING + "e2"
+    assert answer["driver"]["stdout"].endswith("}\nfd\n")
     got = answer["cells"]
     assert [len(cell["display"]) for cell in got[:3]] == [0, 0, 1]
     assert got[2]["display"] == [{"text/plain": "1"}]
@@ -130,11 +133,15 @@ def test_cells_run_as_the_kernel_runs_them() -> None:
 
 
 def test_input_meets_the_drivers_closed_stdin() -> None:
-    """The driver answers an input request from its own stdin, closed: the prompt lands in the driver's stdout, and
-    the kernel raises EOFError."""
+    """The driver answers an input request from its own stdin, closed: ``input``'s prompt lands in the driver's
+    stdout, ``getpass``'s (no terminal: its warning, its notice, the prompt) in its stderr; the kernel raises
+    EOFError."""
     answer = _run(["name = input('name? ')", "import getpass; getpass.getpass('secret: ')", "print('after')"])
     assert answer["status"] == "Success", answer
-    assert answer["driver"]["stdout"].endswith("}\nname? secret: ")
+    assert answer["driver"]["stdout"].endswith("}\nname? ")
+    stderr = answer["driver"]["stderr"].removeprefix(KERNEL_WARNING)
+    assert "GetPassWarning: Can not control echo on the terminal." in stderr
+    assert stderr.endswith("Warning: Password input may be echoed.\nsecret: ")
     for cell in answer["cells"][:2]:
         [error] = cell["error"]
         assert (error["ename"], error["evalue"]) == ("EOFError", "")
@@ -144,6 +151,89 @@ def test_input_meets_the_drivers_closed_stdin() -> None:
         assert "raise" in _plain(error["traceback"][3]) and "EOFError" in _plain(error["traceback"][3])
         assert (cell["stdout"], cell["stderr"]) == ("", "")
     assert answer["cells"][2]["stdout"] == "after\n"
+
+
+def test_cells_run_inside_the_kernels_event_loop() -> None:
+    """ipykernel runs each request in its running asyncio loop: ``asyncio.run`` in a cell fails, and a task a cell
+    starts goes on between cells."""
+    cells = [
+        "import asyncio\nasyncio.get_event_loop().is_running()",
+        "async def five():\n    return 5\nasyncio.run(five())",
+        "async def tick():\n    ticks.append(1)\nticks = []\ntask = asyncio.ensure_future(tick())",
+        "ticks",
+        "await five()",
+    ]
+    got = _run(cells)["cells"]
+    assert got[0]["display"] == [{"text/plain": "True"}]
+    assert [(e["ename"], e["evalue"]) for e in got[1]["error"]] == [
+        ("RuntimeError", "asyncio.run() cannot be called from a running event loop")
+    ]
+    assert got[3]["display"] == [{"text/plain": "[1]"}]
+    assert got[4]["display"] == [{"text/plain": "5"}]
+
+
+def test_the_kernels_argv_streams_and_namespace() -> None:
+    cells = [
+        "%who",  # exit and quit are the kernel's, not the user's
+        "import sys; sys.argv[0].endswith('/ipykernel_launcher.py'), sys.argv[1], sys.argv[2].endswith('.json')",
+        "import argparse; argparse.ArgumentParser().parse_args()",  # the notebook's well-known -f
+        "import io; buffer = io.StringIO(); sys.stdout = buffer",  # the streams are the kernel's, set once
+        "print('into the buffer')",
+        "sys.stdout = sys.__stdout__; buffer.getvalue()",
+        "h = display('a', display_id=True); h.update('b')",  # an update is not a new display
+        "raise ValueError('\\udcff')",  # a lone surrogate, as the kernel's JSON carries it
+    ]
+    got = _run(cells)["cells"]
+    assert got[0]["stdout"] == "Interactive namespace is empty.\n"
+    assert got[1]["display"] == [{"text/plain": "(True, '-f', True)"}]
+    assert [e["ename"] for e in got[2]["error"]] == ["SystemExit"]
+    assert "error: unrecognized arguments: -f " in got[2]["stderr"]
+    assert got[4]["stdout"] == ""
+    assert "into the buffer" in got[5]["display"][0]["text/plain"]
+    assert got[6]["display"] == [{"text/plain": "'a'"}]
+    assert [(e["ename"], e["evalue"]) for e in got[7]["error"]] == [("ValueError", "\ufffd")]
+
+
+def test_a_closed_stream_stays_closed() -> None:
+    got = _run(["import sys; sys.stdout.close()", "print('x')"])["cells"]
+    assert [(e["ename"], e["evalue"]) for e in got[1]["error"]] == [("ValueError", "I/O operation on closed file")]
+
+
+def test_output_a_background_process_writes_later_goes_to_the_cell_then_running() -> None:
+    cells = [
+        "import os, subprocess\nos.mkfifo('go')\nlate = subprocess.Popen('read x < go; echo late', shell=True)",
+        "with open('go', 'w') as go:\n    go.write('now\\n')\nlate.wait()",
+    ]
+    got = _run(cells)["cells"]
+    assert (got[0]["stdout"], got[1]["stdout"]) == ("", "late\n")
+
+
+def test_processes_a_cell_leaves_running_do_not_hold_the_answer() -> None:
+    """The driver shuts the kernel down: its exit handlers end multiprocessing's daemonic children."""
+    cells = [
+        "import multiprocessing, time\n"
+        "child = multiprocessing.Process(target=time.sleep, args=(60,), daemon=True)\nchild.start()",
+        "import concurrent.futures\npool = concurrent.futures.ProcessPoolExecutor(2)\npool.submit(abs, -1).result()",
+    ]
+    answer = _run(cells, total_timeout=30)
+    assert answer["status"] == "Success", answer
+    assert answer["driver"]["execution_time"] < 30
+    assert answer["cells"][1]["display"] == [{"text/plain": "1"}]
+
+
+def test_matplotlib_figures_are_shown_inline() -> None:
+    pytest.importorskip("matplotlib")
+    cells = ["%matplotlib inline", "import matplotlib.pyplot as plt\nplt.plot([1, 2]); plt.show()"]
+    got = _run(cells)["cells"]
+    assert got[0]["error"] == []
+    [figure] = got[1]["display"]
+    assert base64.b64decode(figure["image/png"]).startswith(b"\x89PNG")
+
+
+def test_a_cell_that_removes_the_work_dir_still_gets_its_answer() -> None:
+    answer = _run(["import os, shutil; shutil.rmtree(os.getcwd())", "1 + 1"])
+    assert answer["status"] == "Success", answer
+    assert answer["cells"][1]["display"] == [{"text/plain": "2"}]
 
 
 def test_a_subprocess_given_the_cells_stream_writes_to_the_drivers_stdout() -> None:
