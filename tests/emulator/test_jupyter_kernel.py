@@ -270,7 +270,7 @@ def test_a_kernel_that_stopped_leaves_the_driver_waiting_for_its_timeout() -> No
 
 
 def test_the_python_engine_runs_plain_python() -> None:
-    answer = _run(["list(range(40))", "a = 1;", "1/0"], engine="python")
+    answer = _run(["list(range(40))", "a = 1;", "1/0", "print('\\udcff')"], engine="python")
     assert answer["status"] == "Success", answer
     assert answer["driver"]["stderr"] == ""
     assert answer["cells"][0]["display"] == [{"text/plain": repr(list(range(40)))}]
@@ -279,6 +279,7 @@ def test_the_python_engine_runs_plain_python() -> None:
     assert (error["ename"], error["evalue"]) == ("ZeroDivisionError", "division by zero")
     assert error["traceback"][0] == "Traceback (most recent call last):"
     assert list(error) == ["traceback", "ename", "evalue"]
+    assert answer["cells"][3]["stdout"] == "\ufffd\n"  # a lone surrogate, replaced so the answer stays JSON
 
 
 def test_without_ipython_auto_runs_plain_python_and_ipython_fails_as_the_driver_does(

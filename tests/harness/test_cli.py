@@ -135,6 +135,20 @@ def test_serve_probes_the_python_named_by_the_environment() -> None:
         assert result.returncode == 2 and result.stderr == f"sandbox-emulator: {message}\n"
 
 
+def test_check_reference_and_grpo_probe_the_python_named_by_the_environment() -> None:
+    """Both run the emulator in process: a bad runtime is one line and status 2, not a traceback or a failed check."""
+    for command, prefix in [
+        (("check-reference", "--service", "sandbox-fusion", "--cases", "01_*"), "sandbox-emulator check-reference: "),
+        (("grpo", "--steps", "1"), "error: "),
+    ]:
+        for python, message in [
+            ("/no/such/python", "$SANDBOX_EMULATOR_PYTHON '/no/such/python' is not an executable file"),
+            ("/bin/true", "$SANDBOX_EMULATOR_PYTHON '/bin/true' is not a working Python interpreter"),
+        ]:
+            result = _run(*command, env={**os.environ, "SANDBOX_EMULATOR_PYTHON": python})
+            assert (result.returncode, result.stderr) == (2, f"{prefix}{message}\n"), result.stderr
+
+
 def test_bench_rejects_bad_levels() -> None:
     result = _run("bench-throughput", "--concurrency", "x")
     assert result.returncode == 2 and "--concurrency" in result.stderr
