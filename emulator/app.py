@@ -243,6 +243,14 @@ class Emulator:
             except json.JSONDecodeError as exc:
                 return json_response({"error": f"fault plan is not valid JSON: {exc}"}, status=400)
             spec: PlanSpec = data["profile"] if isinstance(data, dict) and set(data) == {"profile"} else data
+            if spec is None:  # an empty body, null: more likely a mistake than a wish to drop every fault
+                return json_response(
+                    {
+                        "error": "no fault plan in the request (an empty body, or null); {} is a plan without faults, "
+                        '{"profile": "calm"} the calm profile'
+                    },
+                    status=400,
+                )
             if isinstance(spec, str) and spec not in profile_names():  # a name, never a path on this machine
                 names = ", ".join(profile_names())
                 return json_response({"error": f"unknown fault profile {spec!r}; profiles: {names}"}, status=400)

@@ -38,13 +38,15 @@ def _add_runtime_options(parser: argparse.ArgumentParser) -> None:
 
 
 def warm_interpreters(text: str) -> int:
-    """``--warm-interpreters``: a whole number of at least 1 (argparse reports the error with the option's name)."""
+    """``--warm-interpreters``: a whole number from 1 to 64 (argparse reports the error with the option's name)."""
+    from emulator.executor.cores import MOST_WARM_INTERPRETERS
+
     try:
         count = int(text)
     except ValueError:
         count = 0
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    if not 1 <= count <= MOST_WARM_INTERPRETERS:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MOST_WARM_INTERPRETERS}, got {text!r}")
     return count
 
 
@@ -167,6 +169,9 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     if not 0 <= args.port <= 65535:
         print(f"sandbox-emulator: --port must be between 0 and 65535, got {args.port}", file=sys.stderr)
+        return 2
+    if not args.host.strip():  # an unset variable in a script: it would bind every interface, silently
+        print("sandbox-emulator: --host must not be empty (0.0.0.0 binds every interface)", file=sys.stderr)
         return 2
     from emulator.daytona import DaytonaConfig
 

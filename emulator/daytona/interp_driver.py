@@ -303,7 +303,26 @@ def _add_user_site() -> None:
             site.ENABLE_USER_SITE = True
 
 
+def _default_signals() -> None:
+    """Every signal at its default, whatever the emulator's process inherited (a background job of a shell starts
+    with SIGINT and SIGQUIT ignored, ``nohup`` ignores SIGHUP; an ignored signal stays ignored through exec, and a
+    shell started so cannot trap it): the daemon's shells and workers find them so. SIGPIPE and SIGXFSZ stay as
+    Python sets them for itself (the shell's exec restores them), SIGINT raises KeyboardInterrupt."""
+    kept = {signal.SIGKILL, signal.SIGSTOP, signal.SIGPIPE, signal.SIGXFSZ}
+    for number in signal.valid_signals():
+        if number in kept:
+            continue
+        try:
+            if signal.getsignal(number) == signal.SIG_IGN:
+                signal.signal(number, signal.SIG_DFL)
+        except (OSError, ValueError):
+            continue
+    if signal.getsignal(signal.SIGINT) == signal.SIG_DFL:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main() -> None:
+    _default_signals()
     _apply_limits(json.loads(sys.argv[1]))
     if sys.argv[2] != "-":
         _become(int(sys.argv[2]), int(sys.argv[3]))

@@ -11,6 +11,9 @@ CORES_PER_WARM_INTERPRETER = 6
 #: Past two the server's event loop, not the warm interpreters, is the main bound of the fast path; three and four
 #: still add a little (16 cores: 2,861 runs/s with two, 2,974 with four).
 MOST_WARM_INTERPRETERS_BY_DEFAULT = 4
+#: The most an executor takes: each is a process of some 20 MB, and past a few the server's loop is the bound anyway
+#: (a count in the thousands is a typo that would start processes until the machine gave out).
+MOST_WARM_INTERPRETERS = 64
 
 
 def usable_cores() -> int:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .capture import SANDBOX_FUSION_CAPTURE, OutputCapture
+from .cores import MOST_WARM_INTERPRETERS
 
 ExecutionStatus = Literal["Finished", "Error", "TimeLimitExceeded"]
 PythonMode = Literal["fast", "faithful"]
@@ -76,8 +77,12 @@ class ExecutorConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer of at least 1, got {value!r}")
         warm = self.warm_interpreters
-        if warm is not None and (isinstance(warm, bool) or not isinstance(warm, int) or warm < 1):
-            raise ValueError(f"warm_interpreters must be an integer of at least 1 (or None), got {warm!r}")
+        if warm is not None and (
+            isinstance(warm, bool) or not isinstance(warm, int) or not 1 <= warm <= MOST_WARM_INTERPRETERS
+        ):
+            raise ValueError(
+                f"warm_interpreters must be an integer from 1 to {MOST_WARM_INTERPRETERS} (or None), got {warm!r}"
+            )
         if not (isinstance(self.python, str) and _executable(self.python)):
             from_env = self.python == os.environ.get("SANDBOX_EMULATOR_PYTHON")
             source = " (from $SANDBOX_EMULATOR_PYTHON)" if from_env else ""

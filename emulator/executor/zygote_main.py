@@ -1971,8 +1971,27 @@ def _install_sigchld() -> None:
     _State.handlers[wake_r] = (_K_WAKE, None)
 
 
+def _default_signals() -> None:
+    """Every signal at its default, as the real server's programs find them, whatever the emulator's process
+    inherited (a background job of a shell starts with SIGINT and SIGQUIT ignored, ``nohup`` ignores SIGHUP): an
+    ignored signal stays ignored through fork and exec. SIGPIPE and SIGXFSZ stay as Python sets them for itself (a
+    faithful run restores them before its exec), and SIGINT raises KeyboardInterrupt, as in a fresh interpreter."""
+    kept = {signal.SIGKILL, signal.SIGSTOP, signal.SIGPIPE, signal.SIGXFSZ}
+    for number in signal.valid_signals():
+        if number in kept:
+            continue
+        try:
+            if signal.getsignal(number) == signal.SIG_IGN:
+                signal.signal(number, signal.SIG_DFL)
+        except (OSError, ValueError):
+            continue
+    if signal.getsignal(signal.SIGINT) == signal.SIG_DFL:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _serve_setup(sock_fd: int) -> None:
     """Set up the serving loop (whose turns ``_serve_once`` takes) and tell the executor we are ready."""
+    _default_signals()
     _State.sock = sock_fd
     _ZYGOTE_PID[0] = os.getpid()
     _THREAD_STACK[0] = _THREAD_STACK[1] = _default_thread_stack()

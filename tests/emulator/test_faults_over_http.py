@@ -228,6 +228,10 @@ def test_control_plane(sandbox_emulator: EmulatorServer) -> None:
     assert unknown.status_code == 400 and "calm" in unknown.json()["error"]
     plan = {"rules": [{"id": "all-503", "route": RUN_CODE, "fault": {"status": 503}}]}
     assert requests.put(base + "/faults", json=plan, timeout=10).status_code == 200
+    for empty in (b"", b"null", b'{"profile": null}'):  # a mistake, refused: the plan in force stays
+        refused = requests.put(base + "/faults", data=empty, timeout=10)
+        assert refused.status_code == 400 and "no fault plan in the request" in refused.json()["error"]
+    assert requests.get(base + "/faults", timeout=10).json()["rules"][0]["id"] == "all-503"
     assert requests.post(sandbox_emulator.run_code_url, json=PRINT, timeout=10).status_code == 503
     journal = requests.get(base + "/journal", timeout=10).json()
     assert [(e["route"], e["status"], e["fault"]) for e in journal] == [(RUN_CODE, 503, "status")]

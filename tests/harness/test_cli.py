@@ -89,7 +89,7 @@ def test_bad_python_port_and_temp_root() -> None:
     assert result.returncode == 2 and "not a writable directory" in result.stderr
     result = _run("serve", "--port", "70000")
     assert result.returncode == 2 and "between 0 and 65535" in result.stderr
-    for count in ("0", "two"):
+    for count in ("0", "two", "65", "100000"):  # thousands would start processes until the machine gave out
         for command in ("serve", "bench-throughput"):
             result = _run(command, "--warm-interpreters", count)
             assert result.returncode == 2 and "--warm-interpreters: must be a whole number" in result.stderr
@@ -120,6 +120,7 @@ def test_serve_refuses_what_it_would_ignore_or_hang_on(tmp_path: Path) -> None:
         (("--faults", ""), "an empty name names no profile and no plan file"),
         (("--faults", str(fifo)), "is not a regular file"),
         (("--daytona-api-key", ""), "--daytona-api-key must not be empty"),
+        (("--host", ""), "--host must not be empty (0.0.0.0 binds every interface)"),
     ]:
         result = _run("serve", "--port", "0", *extra)
         assert result.returncode == 2 and message in result.stderr, result.stderr

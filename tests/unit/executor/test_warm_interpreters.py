@@ -273,7 +273,7 @@ def test_a_warm_interpreter_that_failed_to_start_is_left_alone_for_a_while(monke
     assert len(tries) == 1
 
 
-@pytest.mark.parametrize("value", [0, -1, 1.5, True, "2"])
+@pytest.mark.parametrize("value", [0, -1, 1.5, True, "2", 65])
 def test_a_count_that_is_no_count_is_refused_with_its_name(value: object) -> None:
     with pytest.raises(ValueError, match="warm_interpreters"):
         ExecutorConfig(warm_interpreters=value)  # type: ignore[arg-type]
