@@ -142,7 +142,7 @@ def register_cli(sub: Any) -> None:
     parser.add_argument("--prompts-per-step", type=int, default=2, help="prompts per step (default: 2)")
     parser.add_argument("--generations", type=int, default=4, help="completions per prompt (default: 4)")
     parser.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help="comma-separated task names")
-    parser.add_argument("--pool", type=int, default=8, help="sandboxes created up front (default: 8)")
+    parser.add_argument("--pool", type=int, default=8, help="sandboxes created up front, at most 1024 (default: 8)")
     parser.add_argument(
         "--timeout", type=float, default=1.0, help="seconds a program may run, at most 600 (default: 1)"
     )

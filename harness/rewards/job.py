@@ -148,6 +148,10 @@ def _train(
     return outcome, recorder, pool, train_s
 
 
+#: The largest pool the job makes (Daytona's own tiers allow far fewer running sandboxes).
+MAX_POOL = 1024
+
+
 def embedded_emulator(faults: Any = None) -> Any:
     """The emulator the job runs on when no ``--api-url`` is given, under the fault plan ``faults``.
 
@@ -179,6 +183,8 @@ def run_grpo_job(options: GRPOJobOptions, progress: StepProgress | None = None) 
             raise GRPOJobError(str(exc)) from None
     if min(options.pool_size, settings.steps, settings.prompts_per_step) < 1 or settings.generations < 2:
         raise GRPOJobError("the pool size, steps and prompts per step must be at least 1, and generations at least 2")
+    if options.pool_size > MAX_POOL:  # each is a sandbox with its own interpreter process: a typo, not a pool
+        raise GRPOJobError(f"the pool size must be at most {MAX_POOL}, got {options.pool_size}")
     if not (math.isfinite(options.timeout) and 0 < options.timeout <= MAX_TIMEOUT_S):
         raise GRPOJobError(
             f"the timeout must be a positive number of seconds, at most {MAX_TIMEOUT_S:g}, got {options.timeout}"

@@ -53,6 +53,7 @@ def test_grpo_command_trains_and_reports(tmp_path: Path, capsys: pytest.CaptureF
         (["--faults", "no-such-profile"], "unknown fault profile 'no-such-profile'"),
         (["--generations", "1"], "generations at least 2"),
         (["--prompts-per-step", "0"], "prompts per step must be at least 1"),
+        (["--pool", "100000"], "the pool size must be at most 1024, got 100000"),
         (["--timeout", "0"], "timeout must be a positive number"),
         (["--timeout", "inf"], "timeout must be a positive number of seconds, at most 600, got inf"),
         (["--timeout", "nan"], "at most 600, got nan"),
