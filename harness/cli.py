@@ -102,8 +102,10 @@ def parse_daytona_latency(text: str) -> dict[str, float]:
             seconds = float(value)
         except ValueError:
             seconds = math.nan
-        if not (math.isfinite(seconds) and seconds >= 0):
-            raise ValueError(f"--daytona-latency: {key} must be a number of seconds >= 0, got {value!r}")
+        if not (math.isfinite(seconds) and 0 <= seconds <= 86_400):
+            raise ValueError(f"--daytona-latency: {key} must be a number of seconds from 0 to 86400, got {value!r}")
+        if key in fields:
+            raise ValueError(f"--daytona-latency: {key} is given twice")
         fields[key] = seconds
     return fields
 
@@ -281,7 +283,9 @@ def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
 
     bench = sub.add_parser("bench-throughput", help="executions/s of print(2+2) over HTTP, fast and faithful paths")
-    bench.add_argument("--concurrency", default="1,16,128", help="comma-separated levels (default: 1,16,128)")
+    bench.add_argument(
+        "--concurrency", nargs="+", default=["1,16,128"], help="levels, comma- or space-separated (default: 1,16,128)"
+    )
     bench.add_argument(
         "--requests",
         type=int,

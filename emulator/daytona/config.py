@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from emulator.faults.latency import MAX_DELAY_S
+
 #: The key ``serve`` prints and the pytest fixtures use when none is configured.
 DEFAULT_API_KEY = "dtn_emulator_default_key"
 DEFAULT_ORGANIZATION_ID = "emulator-org"
@@ -141,8 +143,15 @@ class DaytonaConfig:
     def __post_init__(self) -> None:
         for name in ("create_latency", "start_latency", "destroy_latency"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"DaytonaConfig.{name} must be a finite number of seconds >= 0, got {value!r}")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or not 0 <= value <= MAX_DELAY_S
+            ):
+                raise ValueError(
+                    f"DaytonaConfig.{name} must be a number of seconds from 0 to {MAX_DELAY_S:g} (a day), got {value!r}"
+                )
         seed = self.listing_seed
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"DaytonaConfig.listing_seed must be a whole number or None, got {seed!r}")

@@ -165,12 +165,14 @@ def run_mode(
 
 
 def main(args: argparse.Namespace) -> int:
+    raw = args.concurrency
+    concurrency = ",".join(raw) if isinstance(raw, list) else str(raw)  # "1,16" or "1 16", as bench takes them
     try:
-        levels = list(dict.fromkeys(int(x) for x in str(args.concurrency).split(",") if x.strip()))
+        levels = list(dict.fromkeys(int(x) for x in concurrency.split(",") if x.strip()))
         modes = list(dict.fromkeys(m.strip() for m in str(args.modes).split(",") if m.strip()))
     except ValueError:
         print(
-            f"sandbox-emulator bench-throughput: --concurrency must be integers, got {args.concurrency!r}",
+            f"sandbox-emulator bench-throughput: --concurrency must be integers, got {concurrency!r}",
             file=sys.stderr,
         )
         return 2
@@ -189,7 +191,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     if not levels or any(level < 1 for level in levels):
         print(
-            f"sandbox-emulator bench-throughput: --concurrency takes positive integers, got {args.concurrency!r}",
+            f"sandbox-emulator bench-throughput: --concurrency takes positive integers, got {concurrency!r}",
             file=sys.stderr,
         )
         return 2
