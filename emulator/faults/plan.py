@@ -414,9 +414,18 @@ def _int(value: object, path: str, minimum: int | None = None, maximum: int | No
     return value
 
 
+#: A number with an exponent that PyYAML leaves a string (no dot, or no sign): ``1e9``, ``2.5e3``.
+_YAML_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
 def _number(value: object, path: str, *, minimum: float = 0.0, positive: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _fail(path, "a number", value)
+        error = _fail(path, "a number", value)
+        if isinstance(value, str) and _YAML_EXPONENT.fullmatch(value.strip()):
+            # YAML 1.1 (PyYAML) reads an exponent without a dot as a string: 1e9 is text, 1.0e+9 a number.
+            hint = "YAML reads an exponent as a number only with a dot and a sign, as 1.0e+9"
+            error = FaultPlanError(path, f"{error.message} ({hint})")
+        raise error
     f = float(value)
     if not math.isfinite(f):
         raise FaultPlanError(path, f"expected a finite number, got {value}")
@@ -527,8 +536,10 @@ _LATENCY_KINDS = ("fixed", "uniform", "lognormal", "pareto", "ramp")
 
 def parse_latency(value: object, path: str) -> LatencySpec:
     """Parse a bare number (fixed seconds) or ``{fixed|uniform|lognormal|pareto|ramp: ...}``."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return FixedLatency(_delay(value, path))
+    if (isinstance(value, (int, float)) and not isinstance(value, bool)) or (
+        isinstance(value, str) and _YAML_EXPONENT.fullmatch(value.strip())
+    ):
+        return FixedLatency(_delay(value, path))  # a number, or text YAML made of one (refused with a hint)
     m = _mapping(value, path)
     _check_keys(m, _LATENCY_KINDS, path)
     if len(m) != 1:

@@ -204,6 +204,21 @@ def test_bad_yaml(text: str) -> None:
         FaultPlan.from_yaml(text)
 
 
+@pytest.mark.parametrize(
+    ("text", "path"),
+    [
+        ("rules: [{route: '*', latency: {fixed: 1e9}}]", "rules[0].latency.fixed"),
+        ("rules: [{route: '*', latency: 2e-1}]", "rules[0].latency"),
+    ],
+)
+def test_an_exponent_yaml_reads_as_text_gets_a_hint(text: str, path: str) -> None:
+    with pytest.raises(FaultPlanError) as info:
+        FaultPlan.from_yaml(text)
+    assert info.value.path == path
+    assert "got str" in str(info.value) and "with a dot and a sign, as 1.0e+9" in str(info.value)
+    assert FaultPlan.from_yaml(text.replace("1e9", "1.0e+3").replace("2e-1", "2.0e-1")).rules  # read as numbers
+
+
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(FaultPlanError, match="cannot read"):
         FaultPlan.from_file(tmp_path / "nope.yaml")
