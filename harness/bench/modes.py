@@ -156,6 +156,6 @@ def register_cli(sub: Any) -> None:
     parser.add_argument("--trajectories", type=int, default=64, help="per run (default: 64)")
     parser.add_argument("--generation-latency", type=float, default=0.05, help="seconds per model turn (default: 0.05)")
     parser.add_argument("--variant", choices=("single", "stepwise", "retry"), help="one policy variant (default: mix)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="problem order and variant mix (default: 0)")
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     parser.set_defaults(func=main)

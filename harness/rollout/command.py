@@ -203,12 +203,20 @@ def register_cli(sub: Any) -> None:
         help="GSM8K multi-turn rollouts through verl's agent loop on the embedded emulator, dumped and validated",
     )
     parser.add_argument("--data", metavar="FILE", help="GSM8K JSONL or verl parquet (default: the bundled problems)")
-    parser.add_argument("--backend", choices=BACKENDS, default="sandbox-fusion")
-    parser.add_argument("--faults", metavar="PROFILE_OR_FILE", help="fault plan: a profile name or a YAML/JSON file")
+    parser.add_argument(
+        "--backend", choices=BACKENDS, default="sandbox-fusion", help="the tool's sandbox (default: sandbox-fusion)"
+    )
+    parser.add_argument(
+        "--faults", metavar="PROFILE_OR_FILE", help="fault plan: a profile name or a YAML/JSON file (default: none)"
+    )
     parser.add_argument("--trajectories", type=int, default=64, help="how many (default: 64)")
-    parser.add_argument("--out", default="rollouts", help="dump directory, like trainer.rollout_data_dir")
+    parser.add_argument(
+        "--out", default="rollouts", help="dump directory, like trainer.rollout_data_dir (default: rollouts)"
+    )
     parser.add_argument("--step", type=int, default=1, help="the step number of the dump file (default: 1)")
-    parser.add_argument("--mode", choices=MODES, default="async", help="async: per trajectory; sync: lockstep turns")
+    parser.add_argument(
+        "--mode", choices=MODES, default="async", help="async: per trajectory; sync: lockstep turns (default: async)"
+    )
     parser.add_argument("--variant", choices=("single", "stepwise", "retry"), help="one policy variant (default: mix)")
     parser.add_argument("--seed", type=int, default=0, help="problem order and variant mix (default: 0)")
     parser.add_argument("--rate-limit", type=int, help="the tool's in-flight cap (default: the tool config's)")
@@ -226,7 +234,9 @@ def register_cli(sub: Any) -> None:
     )
     parser.add_argument("--llm-url", help="an OpenAI-compatible server to use as the policy instead of the script")
     parser.add_argument("--llm-model", help="model name sent to --llm-url (default: default)")
-    parser.add_argument("--python-mode", choices=("fast", "faithful"), help="the emulator's Python path")
+    parser.add_argument(
+        "--python-mode", choices=("fast", "faithful"), help="the emulator's Python path (default: fast)"
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the summary's figures as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
