@@ -29,10 +29,13 @@ def dump_files(path: str | Path) -> list[Path]:
             raise UsageError(f"{directory}: no such directory")
         if not directory.is_dir():
             raise UsageError(f"{directory}: not a directory")
-        files = [p for p in directory.iterdir() if p.suffix == ".jsonl" and p.is_file()]
+        named = [p for p in directory.iterdir() if p.suffix == ".jsonl"]
+        files = [p for p in named if p.is_file()]
     except OSError as exc:  # no permission to list it, or to look into a parent
         raise UsageError(f"{directory}: cannot read: {exc.strerror or exc}") from None
     if not files:
+        if named:  # a directory, a FIFO, a socket by that name: say so rather than that there is none
+            raise UsageError(f"{sorted(named)[0]}: not a regular file")
         raise UsageError(f"{directory}: no *.jsonl files (is this a trainer.rollout_data_dir?)")
 
     def order(p: Path) -> tuple[int, int, str]:

@@ -71,6 +71,10 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "no *.jsonl files" in capsys.readouterr().err
     assert run(["validate", str(tmp_path / "notes.txt")]) == 2
     assert "not a directory" in capsys.readouterr().err
+    odd = tmp_path / "odd"
+    (odd / "1.jsonl").mkdir(parents=True)  # a dump's name on something that is no file
+    assert run(["validate", str(odd)]) == 2
+    assert f"{odd / '1.jsonl'}: not a regular file" in capsys.readouterr().err
     assert run(["validate", str(tmp_path), "--max-shown", "-1"]) == 2
     with pytest.raises(SystemExit) as exit_info:
         run(["validate", str(tmp_path), "--reward", "math"])
