@@ -186,7 +186,8 @@ def _serve(args: argparse.Namespace) -> int:
     executor_config = _executor_config(args)
     assert isinstance(executor_config, ExecutorConfig)
     daytona_key = daytona.api_key
-    if args.jupyter_engine == "ipython" and not has_ipython(args.python):
+    ipython = args.jupyter_engine != "python" and has_ipython(args.python)
+    if args.jupyter_engine == "ipython" and not ipython:
         print(
             "sandbox-emulator: note: the runtime Python has no IPython, so /run_jupyter will fail as the real "
             "driver does without its kernel packages (install sandbox-emulator[jupyter] into it, or use "
@@ -216,6 +217,10 @@ def _serve(args: argparse.Namespace) -> int:
         warm = warm_interpreters(executor_config.warm_interpreters)
         interpreters = f"{warm} warm interpreter{'s' if warm > 1 else ''}"
         print(f"Python runtime  {emulator.python} ({args.python_mode} path, {interpreters})", flush=True)
+        cells = "in IPython's shell, as the real kernel" if ipython else "as plain Python (no IPython in the runtime)"
+        if args.jupyter_engine == "python":
+            cells = "as plain Python"
+        print(f"Jupyter cells   {cells} (--jupyter-engine {args.jupyter_engine})", flush=True)
         if args.faults:
             print(f"Fault plan      {args.faults}", flush=True)
 

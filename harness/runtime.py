@@ -51,8 +51,9 @@ def python_problem(explicit: str | None = None) -> str | None:
 def has_ipython(explicit: str | None = None) -> bool:
     """Whether the runtime interpreter can import IPython (``/run_jupyter``'s kernel shell)."""
     python, _ = runtime_python(explicit)
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('IPython') is None)"
     try:
-        done = subprocess.run([python, "-c", "import IPython"], capture_output=True, timeout=60)
+        done = subprocess.run([python, "-c", probe], capture_output=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0

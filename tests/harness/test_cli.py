@@ -277,12 +277,21 @@ def test_serve_jupyter_engine_python_runs_cells_as_plain_python() -> None:
         proc.wait(timeout=30)
 
 
-def test_serve_notes_a_runtime_without_ipython_for_the_ipython_engine(tmp_path: Path) -> None:
+def test_serve_says_how_jupyter_cells_run_and_notes_a_runtime_without_ipython(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
-    proc = _serve("--jupyter-engine", "ipython", "--python", str(tmp_path / "bare" / "bin" / "python"))
-    try:
-        _base(proc)
-    finally:
-        proc.terminate()
-        _, stderr = proc.communicate(timeout=30)
-    assert "the runtime Python has no IPython, so /run_jupyter will fail" in stderr
+    bare = str(tmp_path / "bare" / "bin" / "python")
+    for extra, line, note in [
+        ((), "Jupyter cells   in IPython's shell, as the real kernel (--jupyter-engine auto)", False),
+        (("--python", bare), "as plain Python (no IPython in the runtime) (--jupyter-engine auto)", False),
+        (("--jupyter-engine", "ipython", "--python", bare), "Jupyter cells   as plain Python (no IPython", True),
+    ]:
+        proc = _serve(*extra)
+        assert proc.stdout is not None
+        try:
+            _base(proc)
+            banner = [proc.stdout.readline() for _ in range(4)]  # the lines after the first, the Jupyter one last
+        finally:
+            proc.terminate()
+            _, stderr = proc.communicate(timeout=30)
+        assert any(line in shown for shown in banner), banner
+        assert ("the runtime Python has no IPython, so /run_jupyter will fail" in stderr) == note, stderr
