@@ -21,16 +21,17 @@ import ast
 import asyncio
 import atexit
 import base64
+import contextlib
 import datetime
 import io
 import json
 import math
 import numbers
 import os
+import select
 import signal
 import struct
 import sys
-import tempfile
 import time
 import traceback
 import warnings
@@ -173,20 +174,16 @@ def write_results(results: list[dict[str, Any]], results_path: str) -> None:
 
 
 class OutStream(io.TextIOBase):
-    """``sys.stdout``/``sys.stderr`` of the kernel, named and behaving as ipykernel's (str only, no ``buffer``).
-
-    Text goes to the stream's file, where the process's descriptor 1 (or 2) also points: the kernel forwards what a
-    subprocess or a C library writes there too, and both kinds keep their order. ``fileno()`` is, as in the kernel,
-    a copy of the process's original stream (the driver's).
-    """
+    """``sys.stdout``/``sys.stderr`` of the kernel, named and behaving as ipykernel's (str only, no ``buffer``,
+    ``fileno()`` a copy of the process's original stream: the driver's). Text goes to the running cell's output; in
+    a process a cell forked, to the stream's descriptor, where the kernel's watcher reads it."""
 
     encoding = "UTF-8"
 
-    def __init__(self, fd: int, original: int, name: str, written: list[tuple[int, int]]) -> None:
+    def __init__(self, streams: KernelStreams, fd: int, name: str) -> None:
         super().__init__()
+        self._streams = streams
         self._fd = fd
-        self._original = original
-        self._written = written
         self.name = name
 
     def writable(self) -> bool:
@@ -196,7 +193,7 @@ class OutStream(io.TextIOBase):
         return False
 
     def fileno(self) -> int:
-        return self._original
+        return self._streams.originals[self._fd]
 
     def flush(self) -> None:
         """Nothing is held back to flush; and, as the kernel's, no error once closed."""
@@ -206,87 +203,102 @@ class OutStream(io.TextIOBase):
             raise TypeError(f"write() argument must be str, not {type(text)}")
         if self.closed:
             raise ValueError("I/O operation on closed file")
-        data = text.encode("utf-8", "surrogatepass")
-        while data:
-            sent = os.write(self._fd, data)
-            end = os.lseek(self._fd, 0, os.SEEK_CUR)
-            self._written.append((end - sent, end))
-            data = data[sent:]
+        try:
+            data = text.encode("utf-8", "surrogateescape")  # as the kernel's JSON packs it
+        except UnicodeEncodeError:
+            data = text.encode("utf-8", "replace")
+        self._streams.write(self._fd, data)
         return len(text)
 
 
-class KernelStreams:
-    """The kernel's output streams for its whole life: one append-only file per stream behind descriptors 1 and 2.
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data) :]
 
-    A cell's output is what the file gained while it ran, whoever wrote it (a background process's late output
-    included). What was written at the descriptor level, not through ``sys.stdout``/``sys.stderr``, the kernel also
-    copies to its original streams, which are the driver's.
+
+class KernelStreams:
+    """The kernel's output streams for its whole life: descriptors 1 and 2 are pipes that a watcher thread reads.
+
+    As ipykernel's: what a subprocess or a C library writes to the descriptors joins the running cell's output, and
+    is copied to the process's original streams (the driver's); what Python writes through ``sys.stdout`` joins the
+    cell's output only. A Python write first takes in what the descriptor holds, so the two keep the order they were
+    written in; a cell's end takes in what is left.
     """
 
     def __init__(self) -> None:
+        import threading
+
         self.originals = {fd: os.dup(fd) for fd in (1, 2)}
-        self._readers: dict[int, int] = {}
-        self._written: dict[int, list[tuple[int, int]]] = {1: [], 2: []}
-        self._done = {1: 0, 2: 0}  # how far each file has been copied to the driver's streams
-        self._start = {1: 0, 2: 0}
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._output = {1: bytearray(), 2: bytearray()}
+        self._pipes: dict[int, int] = {}
         sys.stdout.flush()
         sys.stderr.flush()
-        writers = {}
         for fd in (1, 2):
-            handle, path = tempfile.mkstemp()
-            writers[fd] = os.open(path, os.O_WRONLY | os.O_APPEND)
-            os.unlink(path)
-            self._readers[fd] = handle
-            os.dup2(writers[fd], fd)
-        sys.stdout = OutStream(writers[1], self.originals[1], "stdout", self._written[1])
-        sys.stderr = OutStream(writers[2], self.originals[2], "stderr", self._written[2])
+            read_end, write_end = os.pipe()
+            os.set_blocking(read_end, False)
+            os.dup2(write_end, fd)
+            os.close(write_end)
+            self._pipes[fd] = read_end
+        os.register_at_fork(before=self._lock.acquire, after_in_parent=self._lock.release, after_in_child=self._forked)
+        threading.Thread(target=self._watch, name="output-watcher", daemon=True).start()
+        sys.stdout = OutStream(self, 1, "stdout")
+        sys.stderr = OutStream(self, 2, "stderr")
 
-    def _size(self, fd: int) -> int:
-        return os.fstat(self._readers[fd]).st_size
+    def _forked(self) -> None:
+        """In a process a cell forked: no watcher here, its Python output goes to the descriptors (the kernel's)."""
+        import threading
 
-    def _read(self, fd: int, start: int, end: int) -> bytes:
-        chunks = []
-        while start < end:
-            chunk = os.pread(self._readers[fd], min(end - start, 1 << 20), start)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            start += len(chunk)
-        return b"".join(chunks)
+        self._lock = threading.Lock()
 
-    def _copy_descriptor_output(self, fd: int, end: int) -> None:
-        """Copies to the driver's stream what reached the file below ``end`` other than through the OutStream."""
-        start = self._done[fd]
-        written = sorted(r for r in self._written[fd] if r[1] > start)
-        self._written[fd][:] = [r for r in written if r[1] > end]
-        for low, high in [*written, (end, end)]:
-            if low > start:
-                data = self._read(fd, start, min(low, end))
-                while data:
-                    data = data[os.write(self.originals[fd], data) :]
-            start = max(start, min(high, end))
-            if start >= end:
-                break
-        self._done[fd] = end
+    def _take_in(self, fd: int) -> None:
+        """What the descriptor's pipe holds, into the cell's output and the driver's stream (under the lock)."""
+        read_end = self._pipes.get(fd)
+        while read_end is not None:
+            try:
+                chunk = os.read(read_end, 1 << 16)
+            except BlockingIOError:
+                return
+            if not chunk:  # every writer closed it (a cell closed the descriptor): nothing more will come
+                os.close(read_end)
+                del self._pipes[fd]
+                return
+            self._output[fd] += chunk
+            _write_all(self.originals[fd], chunk)
+
+    def _watch(self) -> None:
+        while self._pipes:
+            with contextlib.suppress(OSError, ValueError):  # a pipe closed meanwhile (its writers gone): look again
+                select.select(list(self._pipes.values()), [], [])
+            with self._lock:
+                for fd in (1, 2):
+                    self._take_in(fd)
+
+    def write(self, fd: int, data: bytes) -> None:
+        if os.getpid() != self._pid:
+            _write_all(fd, data)
+            return
+        with self._lock:
+            self._take_in(fd)
+            self._output[fd] += data
 
     def begin(self) -> None:
-        for fd in (1, 2):
-            self._start[fd] = self._size(fd)
-            self._copy_descriptor_output(fd, self._start[fd])
+        """A cell starts: what came between two cells went to the driver's streams only."""
+        with self._lock:
+            for fd in (1, 2):
+                self._take_in(fd)
+                self._output[fd] = bytearray()
 
     def end(self) -> tuple[str, str]:
         """The cell's stdout and stderr."""
-        texts = []
-        for fd in (1, 2):
-            stop = self._size(fd)
-            self._copy_descriptor_output(fd, stop)
-            texts.append(self._read(fd, self._start[fd], stop).decode("utf-8", "replace"))
+        with self._lock:
+            texts = []
+            for fd in (1, 2):
+                self._take_in(fd)
+                texts.append(self._output[fd].decode("utf-8", "replace"))
+                self._output[fd] = bytearray()
         return texts[0], texts[1]
-
-    def close(self) -> None:
-        """What came after the last cell, copied as the kernel's watcher would until its shutdown."""
-        for fd in (1, 2):
-            self._copy_descriptor_output(fd, self._size(fd))
 
 
 def load_ipython() -> dict[str, ModuleType]:
@@ -455,8 +467,9 @@ async def _execute(shell: Any, code: str) -> None:
         shell.run_cell(code, store_history=True)
 
 
-def run_kernel(mods: dict[str, ModuleType], cells: list[str], results_path: str) -> bool:
-    """Runs the cells in the kernel shell; False when the kernel stopped with cells left (they never answer)."""
+def run_kernel(mods: dict[str, ModuleType], cells: list[str], results_path: str, finished: Callable[[], None]) -> None:
+    """Runs the cells in the kernel shell, then writes the results and calls ``finished``; a kernel that stopped
+    with cells left (they are never answered) returns without either."""
     import builtins
     import getpass
     import sysconfig
@@ -479,26 +492,31 @@ def run_kernel(mods: dict[str, ModuleType], cells: list[str], results_path: str)
     getpass.getpass = _no_stdin_password
     results: list[dict[str, Any]] = []
 
-    async def serve() -> bool:
+    async def serve() -> None:
         for index, source in enumerate([HEALTH_CHECK, *cells]):
             cell.update(stdout="", stderr="", display=[], error=[])
             streams.begin()
+            saved = signal.signal(signal.SIGINT, signal.default_int_handler)  # as the kernel around each request
             try:
                 await _execute(shell, source)
             finally:
+                signal.signal(signal.SIGINT, saved)
                 cell["stdout"], cell["stderr"] = streams.end()
             if index:
                 results.append(dict(cell))
             if shell.exit_now and index < len(cells):
-                return False
+                return  # the kernel stops: the cells left are never answered
             await asyncio.sleep(0)  # the loop runs between two requests: tasks a cell started go on
-        return True
-
-    finished = asyncio.run(serve())
-    streams.close()
-    if finished:
+        # The driver has every reply: it writes them before it shuts the kernel down (tasks and threads left
+        # running are the shutdown's).
         write_results(results, results_path)
-    return finished
+        finished()
+
+    # The kernel's loop, not asyncio.run's: no SIGINT handler of asyncio's (a KeyboardInterrupt in a cell is the
+    # cell's), and no wait for leftover tasks and executor threads before the results are out.
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    loop.run_until_complete(serve())
 
 
 #: The kernel's word to the driver, on a pipe: its cells all ran (the results are written), or it failed itself.
@@ -513,15 +531,20 @@ def _kernel_process(mods: dict[str, ModuleType], cells: list[str], results_path:
     pid = os.fork()
     if pid == 0:
         os.close(read_end)
-        word = _BROKEN
-        try:
-            word = _DONE if run_kernel(mods, cells, results_path) else b""
-        except BaseException:
-            os.write(2, traceback.format_exc().encode("utf-8", "replace"))
-        finally:
-            if word:
+        said: list[bytes] = []
+
+        def say(word: bytes) -> None:
+            if not said:
+                said.append(word)
                 os.write(write_end, word)
-            os.close(write_end)
+                os.close(write_end)
+
+        try:
+            run_kernel(mods, cells, results_path, lambda: say(_DONE))
+        except BaseException:
+            os.write(_Driver.stderr if _Driver.stderr >= 0 else 2, traceback.format_exc().encode("utf-8", "replace"))
+            say(_BROKEN)
+        say(b"")  # stopped early: the pipe closes without a word
         # The driver shuts the kernel down: its exit handlers run (multiprocessing ends its daemonic children).
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)

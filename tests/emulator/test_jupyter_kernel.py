@@ -310,3 +310,65 @@ def test_the_cells_results_are_json_even_for_binary_bundles() -> None:
     assert bundle["image/png"] == "iVBORw=="
     assert json.loads(json.dumps(answer)) == answer
     assert _plain(bundle["text/plain"]).startswith("<")
+
+
+def test_a_keyboard_interrupt_in_a_cell_is_the_cells() -> None:
+    """The kernel sets Python's SIGINT handler around each request: the cell catches it, the next cell runs."""
+    cells = [
+        "import os, signal\n"
+        "try:\n    os.kill(os.getpid(), signal.SIGINT)\nexcept KeyboardInterrupt:\n    print('caught')",
+        "os.kill(os.getpid(), signal.SIGINT)",
+        "print('next')",
+    ]
+    answer = _run(cells)
+    assert answer["status"] == "Success", answer
+    got = answer["cells"]
+    assert got[0]["stdout"] == "caught\n"
+    assert [e["ename"] for e in got[1]["error"]] == ["KeyboardInterrupt"]
+    assert got[2]["stdout"] == "next\n"
+
+
+def test_work_left_in_the_loops_executor_does_not_hold_the_answer() -> None:
+    cells = ["import asyncio, time\nasyncio.get_running_loop().run_in_executor(None, time.sleep, 60)\nprint('started')"]
+    answer = _run([*cells, "print('next')"], total_timeout=30)
+    assert answer["status"] == "Success", answer
+    assert [cell["stdout"] for cell in answer["cells"]] == ["started\n", "next\n"]
+    assert answer["driver"]["execution_time"] < 20  # the shutdown's wait (5 s), not the thread's minute
+
+
+def test_writing_to_dev_stdout_loses_nothing() -> None:
+    """The kernel's descriptors are pipes: opening /dev/stdout (``> /dev/stdout``) truncates nothing."""
+    cells = [
+        "print('first cell')",
+        "print('a' * 10)\nimport os; os.system('echo hi > /dev/stdout; echo err > /dev/stderr')\nprint('b')",
+        "print('next')",
+    ]
+    answer = _run(cells)
+    got = answer["cells"]
+    assert [cell["stdout"] for cell in got] == ["first cell\n", "a" * 10 + "\nhi\nb\n", "next\n"]
+    assert got[1]["stderr"] == "err\n"
+    assert answer["driver"]["stdout"].endswith("}\nhi\n")  # descriptor-level output only, copied to the driver
+
+
+def test_threads_printing_at_once_keep_their_lines_in_the_cell_only() -> None:
+    cell = (
+        "import threading\n"
+        "def speak(name):\n"
+        "    for n in range(2000):\n"
+        "        print(f'{name}-{n}')\n"
+        "threads = [threading.Thread(target=speak, args=(f't{i}',)) for i in range(4)]\n"
+        "for t in threads: t.start()\n"
+        "for t in threads: t.join()"
+    )
+    answer = _run([cell])
+    stdout = answer["cells"][0]["stdout"]
+    # print() writes the text and the newline apart, so lines of threads interleave, but no write is lost or cut.
+    assert sorted(re.findall(r"t\d-\d+", stdout)) == sorted(f"t{i}-{n}" for i in range(4) for n in range(2000))
+    assert stdout.count("\n") == 8000
+    assert answer["driver"]["stdout"].endswith("}\n")  # Python's output is not copied to the driver
+
+
+def test_a_process_a_cell_forks_prints_into_the_cell() -> None:
+    cell = "import os\npid = os.fork()\nif pid == 0:\n    print('child')\n    os._exit(0)\nos.waitpid(pid, 0); None"
+    answer = _run([cell, "print('after')"])
+    assert [cell["stdout"] for cell in answer["cells"]] == ["child\n", "after\n"]
