@@ -1059,7 +1059,7 @@ def _child_load(job: _Job) -> None:
 def _as_read_from_a_file(exc: BaseException, source: bytes, path: str) -> BaseException:
     """The error ``python <file>`` (or ``python -``) reports where ``compile`` gave ``exc``: for a null byte, the
     tokenizer's, which names the line and shows it up to the byte (``compile`` names neither)."""
-    if not isinstance(exc, SyntaxError | ValueError) or "null bytes" not in str(exc) or b"\0" not in source:
+    if not isinstance(exc, (SyntaxError, ValueError)) or "null bytes" not in str(exc) or b"\0" not in source:
         return exc
     at = source.index(b"\0")
     before = source[:at]

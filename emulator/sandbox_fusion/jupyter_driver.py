@@ -152,11 +152,11 @@ def _json_ready(value: Any) -> Any:
         return int(value)
     if isinstance(value, numbers.Real):
         return repr(value) if math.isnan(value) or math.isinf(value) else float(value)
-    if isinstance(value, bytes | bytearray):
+    if isinstance(value, (bytes, bytearray)):
         return base64.b64encode(value).decode("ascii")
     if isinstance(value, dict):
         return {scrub_text(str(key)): _json_ready(item) for key, item in value.items()}
-    if isinstance(value, datetime.datetime | datetime.date):
+    if isinstance(value, (datetime.datetime, datetime.date)):
         return value.isoformat()
     if isinstance(value, Iterable):
         return [_json_ready(item) for item in value]
