@@ -545,11 +545,18 @@ def _kernel_process(mods: dict[str, ModuleType], cells: list[str], results_path:
             os.write(_Driver.stderr if _Driver.stderr >= 0 else 2, traceback.format_exc().encode("utf-8", "replace"))
             say(_BROKEN)
         say(b"")  # stopped early: the pipe closes without a word
-        # The driver shuts the kernel down: its exit handlers run (multiprocessing ends its daemonic children).
+        # The driver shuts the kernel down, which ends as an interpreter ends: it waits for its threads (an executor's
+        # workers too), then runs its exit handlers (multiprocessing ends its daemonic children); the shutdown's
+        # SIGTERM cuts that short.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
         try:
+            import threading
+
+            shutdown = getattr(threading, "_shutdown", None)
+            if shutdown is not None:
+                shutdown()
             atexit._run_exitfuncs()
         finally:
             os._exit(0)
@@ -567,13 +574,16 @@ def _kernel_process(mods: dict[str, ModuleType], cells: list[str], results_path:
 
 
 def _shut_down(pid: int) -> None:
-    """Waits for the kernel to end, and kills it past the shutdown's wait."""
-    deadline = time.monotonic() + _SHUTDOWN_WAIT_S
-    while time.monotonic() < deadline:
-        if os.waitpid(pid, os.WNOHANG) != (0, 0):
-            return
-        time.sleep(0.01)
-    os.kill(pid, signal.SIGKILL)
+    """jupyter_client's shutdown of the kernel: half its wait for the kernel to end, SIGTERM, the other half, SIGKILL.
+    (It signals the kernel's process group, the kernel being a session leader; here only the kernel, whose group is
+    the sandbox's.)"""
+    for ending in (signal.SIGTERM, signal.SIGKILL):
+        deadline = time.monotonic() + _SHUTDOWN_WAIT_S / 2
+        while time.monotonic() < deadline:
+            if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                return
+            time.sleep(0.01)
+        os.kill(pid, ending)
     os.waitpid(pid, 0)
 
 

@@ -333,7 +333,9 @@ def test_work_left_in_the_loops_executor_does_not_hold_the_answer() -> None:
     answer = _run([*cells, "print('next')"], total_timeout=30)
     assert answer["status"] == "Success", answer
     assert [cell["stdout"] for cell in answer["cells"]] == ["started\n", "next\n"]
-    assert answer["driver"]["execution_time"] < 20  # the shutdown's wait (5 s), not the thread's minute
+    # The kernel's exit waits for the executor's thread, and the shutdown's SIGTERM after 2.5 s ends it, not the
+    # thread's minute.
+    assert 2.5 <= answer["driver"]["execution_time"] < 20
 
 
 def test_writing_to_dev_stdout_loses_nothing() -> None:
