@@ -220,9 +220,11 @@ class KernelStreams:
     """The kernel's output streams for its whole life: descriptors 1 and 2 are pipes that a watcher thread reads.
 
     As ipykernel's: what a subprocess or a C library writes to the descriptors joins the running cell's output, and
-    is copied to the process's original streams (the driver's); what Python writes through ``sys.stdout`` joins the
-    cell's output only. A Python write first takes in what the descriptor holds, so the two keep the order they were
-    written in; a cell's end takes in what is left.
+    the watcher copies it to the process's original streams (the driver's), outside the lock, so a copy that blocks
+    (the driver's stdout no longer read) holds up only the watcher; what Python writes through ``sys.stdout`` joins
+    the cell's output only. A Python write first takes in what the descriptor holds, so the two keep the order they
+    were written in; a cell's end takes in what is left. The lock is reentrant: a signal handler may print while
+    the code it interrupted is printing.
     """
 
     def __init__(self) -> None:
@@ -230,8 +232,10 @@ class KernelStreams:
 
         self.originals = {fd: os.dup(fd) for fd in (1, 2)}
         self._pid = os.getpid()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._copying = threading.Lock()  # one copier at a time, in the order the chunks came
         self._output = {1: bytearray(), 2: bytearray()}
+        self._to_copy: list[tuple[int, bytes]] = []
         self._pipes: dict[int, int] = {}
         sys.stdout.flush()
         sys.stderr.flush()
@@ -241,6 +245,9 @@ class KernelStreams:
             os.dup2(write_end, fd)
             os.close(write_end)
             self._pipes[fd] = read_end
+        self._wake_r, self._wake_w = os.pipe()  # a Python write took in descriptor output: the watcher copies it
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         os.register_at_fork(before=self._lock.acquire, after_in_parent=self._lock.release, after_in_child=self._forked)
         threading.Thread(target=self._watch, name="output-watcher", daemon=True).start()
         sys.stdout = OutStream(self, 1, "stdout")
@@ -250,44 +257,69 @@ class KernelStreams:
         """In a process a cell forked: no watcher here, its Python output goes to the descriptors (the kernel's)."""
         import threading
 
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
-    def _take_in(self, fd: int) -> None:
-        """What the descriptor's pipe holds, into the cell's output and the driver's stream (under the lock)."""
+    def _take_in(self, fd: int) -> bool:
+        """What the descriptor's pipe holds, into the cell's output and the copies to make (under the lock); whether
+        there was any."""
         read_end = self._pipes.get(fd)
+        taken = False
         while read_end is not None:
             try:
                 chunk = os.read(read_end, 1 << 16)
             except BlockingIOError:
-                return
+                break
             if not chunk:  # every writer closed it (a cell closed the descriptor): nothing more will come
                 os.close(read_end)
                 del self._pipes[fd]
-                return
+                break
             self._output[fd] += chunk
-            _write_all(self.originals[fd], chunk)
+            self._to_copy.append((fd, chunk))
+            taken = True
+        return taken
+
+    def copy_out(self) -> None:
+        """Writes the chunks taken in to the driver's streams (not under the lock: a write may block)."""
+        with self._copying:
+            while True:
+                with self._lock:
+                    if not self._to_copy:
+                        return
+                    fd, chunk = self._to_copy.pop(0)
+                with contextlib.suppress(OSError):  # the stream a cell closed (its fileno()): as the kernel's watcher
+                    _write_all(self.originals[fd], chunk)
 
     def _watch(self) -> None:
         while self._pipes:
             with contextlib.suppress(OSError, ValueError):  # a pipe closed meanwhile (its writers gone): look again
-                select.select(list(self._pipes.values()), [], [])
+                select.select([*self._pipes.values(), self._wake_r], [], [])
             with self._lock:
                 for fd in (1, 2):
                     self._take_in(fd)
+            with contextlib.suppress(OSError):
+                while os.read(self._wake_r, 512):
+                    pass
+            self.copy_out()
+
+    def _taken_in(self, fd: int) -> None:
+        """Takes in (under the lock) and, when there was output, has the watcher copy it."""
+        if self._take_in(fd):
+            with contextlib.suppress(OSError):
+                os.write(self._wake_w, b"!")
 
     def write(self, fd: int, data: bytes) -> None:
         if os.getpid() != self._pid:
             _write_all(fd, data)
             return
         with self._lock:
-            self._take_in(fd)
+            self._taken_in(fd)
             self._output[fd] += data
 
     def begin(self) -> None:
-        """A cell starts: what came between two cells went to the driver's streams only."""
+        """A cell starts: what came between two cells goes to the driver's streams only."""
         with self._lock:
             for fd in (1, 2):
-                self._take_in(fd)
+                self._taken_in(fd)
                 self._output[fd] = bytearray()
 
     def end(self) -> tuple[str, str]:
@@ -295,7 +327,7 @@ class KernelStreams:
         with self._lock:
             texts = []
             for fd in (1, 2):
-                self._take_in(fd)
+                self._taken_in(fd)
                 texts.append(self._output[fd].decode("utf-8", "replace"))
                 self._output[fd] = bytearray()
         return texts[0], texts[1]
@@ -413,6 +445,7 @@ class _Driver:
 
     stdout = -1
     stderr = -1
+    streams: KernelStreams | None = None
     getpass: Callable[..., str] | None = None
 
 
@@ -484,7 +517,7 @@ def run_kernel(mods: dict[str, ModuleType], cells: list[str], results_path: str,
         os.path.join(runtime, f"kernel-{uuid.uuid4()}.json"),
     ]
     cell: dict[str, Any] = {"stdout": "", "stderr": "", "display": [], "error": []}
-    streams = KernelStreams()
+    streams = _Driver.streams = KernelStreams()
     _Driver.stdout, _Driver.stderr = streams.originals[1], streams.originals[2]
     shell = _make_shell(mods, cell)
     builtins.input = _no_stdin
@@ -542,12 +575,17 @@ def _kernel_process(mods: dict[str, ModuleType], cells: list[str], results_path:
         try:
             run_kernel(mods, cells, results_path, lambda: say(_DONE))
         except BaseException:
-            os.write(_Driver.stderr if _Driver.stderr >= 0 else 2, traceback.format_exc().encode("utf-8", "replace"))
+            with contextlib.suppress(OSError):
+                _write_all(
+                    _Driver.stderr if _Driver.stderr >= 0 else 2, traceback.format_exc().encode("utf-8", "replace")
+                )
             say(_BROKEN)
         say(b"")  # stopped early: the pipe closes without a word
         # The driver shuts the kernel down, which ends as an interpreter ends: it waits for its threads (an executor's
         # workers too), then runs its exit handlers (multiprocessing ends its daemonic children); the shutdown's
         # SIGTERM cuts that short.
+        if _Driver.streams is not None:
+            _Driver.streams.copy_out()  # the watcher's copies still to make reach the driver before the kernel ends
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)

@@ -374,3 +374,48 @@ def test_a_process_a_cell_forks_prints_into_the_cell() -> None:
     cell = "import os\npid = os.fork()\nif pid == 0:\n    print('child')\n    os._exit(0)\nos.waitpid(pid, 0); None"
     answer = _run([cell, "print('after')"])
     assert [cell["stdout"] for cell in answer["cells"]] == ["child\n", "after\n"]
+
+
+def test_descriptor_output_the_driver_no_longer_reads_holds_up_only_the_watcher() -> None:
+    """Past what the sandbox reads of the driver's stdout, the copy blocks; the cells still print and answer."""
+    cells = [
+        "import subprocess\nflood = subprocess.Popen('seq 1 300000', shell=True)",
+        "import time\ntime.sleep(0.5)\nprint('next')",
+    ]
+    answer = _run(cells, total_timeout=15)
+    assert answer["status"] == "Success", answer
+    assert "next\n" in answer["cells"][1]["stdout"]  # amid the numbers still coming in, as in the kernel
+
+
+def test_a_signal_handler_may_print_while_the_code_prints() -> None:
+    cell = (
+        "import signal, time\n"
+        "ticks = []\n"
+        "def tick(number, frame):\n"
+        "    ticks.append(1)\n"
+        "    print('tick', end='')\n"
+        "signal.signal(signal.SIGALRM, tick)\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0.001, 0.001)\n"
+        "end = time.monotonic() + 1\n"
+        "n = 0\n"
+        "while time.monotonic() < end:\n"
+        "    print('.', end='')\n"
+        "    n += 1\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0)\n"
+        "print('done', len(ticks) > 10)"
+    )
+    answer = _run([cell], total_timeout=15)
+    assert answer["status"] == "Success", answer
+    assert answer["cells"][0]["stdout"].endswith("done True\n")
+
+
+def test_a_cell_that_closes_the_kernels_original_stream_breaks_nothing() -> None:
+    cells = [
+        "import os, sys\nwith os.fdopen(sys.stdout.fileno(), 'w') as original:\n    original.write('x\\n')",
+        "os.write(1, b'y\\n'); print('z')",
+        "os.system('seq 1 30000 > /dev/null; echo hi'); print('after')",
+    ]
+    answer = _run(cells, total_timeout=15)
+    assert answer["status"] == "Success", answer
+    assert [cell["stdout"] for cell in answer["cells"][1:]] == ["y\nz\n", "hi\nafter\n"]
+    assert all(cell["error"] == [] for cell in answer["cells"])
