@@ -278,9 +278,12 @@ class KernelStreams:
             taken = True
         return taken
 
-    def copy_out(self) -> None:
-        """Writes the chunks taken in to the driver's streams (not under the lock: a write may block)."""
-        with self._copying:
+    def copy_out(self, wait: float = -1) -> None:
+        """Writes the chunks taken in to the driver's streams (not under the lock: a write may block); ``wait``: how
+        long to wait for another copier (-1: as long as it takes)."""
+        if not self._copying.acquire(timeout=wait):
+            return
+        try:
             while True:
                 with self._lock:
                     if not self._to_copy:
@@ -288,6 +291,8 @@ class KernelStreams:
                     fd, chunk = self._to_copy.pop(0)
                 with contextlib.suppress(OSError):  # the stream a cell closed (its fileno()): as the kernel's watcher
                     _write_all(self.originals[fd], chunk)
+        finally:
+            self._copying.release()
 
     def _watch(self) -> None:
         while self._pipes:
@@ -585,7 +590,9 @@ def _kernel_process(mods: dict[str, ModuleType], cells: list[str], results_path:
         # workers too), then runs its exit handlers (multiprocessing ends its daemonic children); the shutdown's
         # SIGTERM cuts that short.
         if _Driver.streams is not None:
-            _Driver.streams.copy_out()  # the watcher's copies still to make reach the driver before the kernel ends
+            # The watcher's copies still to make reach the driver before the kernel ends, unless a copy blocks (the
+            # driver's stdout no longer read): the kernel's watcher does not hold its exit.
+            _Driver.streams.copy_out(wait=0.5)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
