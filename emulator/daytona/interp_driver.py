@@ -307,7 +307,11 @@ def _default_signals() -> None:
     """Every signal at its default, whatever the emulator's process inherited (a background job of a shell starts
     with SIGINT and SIGQUIT ignored, ``nohup`` ignores SIGHUP; an ignored signal stays ignored through exec, and a
     shell started so cannot trap it): the daemon's shells and workers find them so. SIGPIPE and SIGXFSZ stay as
-    Python sets them for itself (the shell's exec restores them), SIGINT raises KeyboardInterrupt."""
+    Python sets them for itself (the shell's exec restores them), SIGINT raises KeyboardInterrupt.
+
+    Kept the same as ``emulator/executor/zygote_main.py``'s (a test compares them): both scripts run alone under the
+    runtime Python and import nothing of ours.
+    """
     kept = {signal.SIGKILL, signal.SIGSTOP, signal.SIGPIPE, signal.SIGXFSZ}
     for number in signal.valid_signals():
         if number in kept:

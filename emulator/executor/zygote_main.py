@@ -1975,7 +1975,11 @@ def _default_signals() -> None:
     """Every signal at its default, as the real server's programs find them, whatever the emulator's process
     inherited (a background job of a shell starts with SIGINT and SIGQUIT ignored, ``nohup`` ignores SIGHUP): an
     ignored signal stays ignored through fork and exec. SIGPIPE and SIGXFSZ stay as Python sets them for itself (a
-    faithful run restores them before its exec), and SIGINT raises KeyboardInterrupt, as in a fresh interpreter."""
+    faithful run restores them before its exec), and SIGINT raises KeyboardInterrupt, as in a fresh interpreter.
+
+    Kept the same as ``emulator/daytona/interp_driver.py``'s (a test compares them): both scripts run alone under the
+    runtime Python and import nothing of ours.
+    """
     kept = {signal.SIGKILL, signal.SIGSTOP, signal.SIGPIPE, signal.SIGXFSZ}
     for number in signal.valid_signals():
         if number in kept:

@@ -446,12 +446,16 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
 
 
 class _Driver:
-    """The driver's own streams, as the kernel's process holds them: where an input request's prompt is shown."""
+    """What the kernel's process keeps of the driver: its streams (in ``streams.originals``, where an input
+    request's prompt is shown) and the runtime's own getpass."""
 
-    stdout = -1
-    stderr = -1
     streams: KernelStreams | None = None
     getpass: Callable[..., str] | None = None
+
+    @classmethod
+    def stream(cls, fd: int) -> int:
+        """The driver's stream ``fd`` (1 or 2) as the kernel holds it: the copy made before the pipes took its place."""
+        return cls.streams.originals[fd] if cls.streams is not None else fd
 
 
 def _no_stdin(prompt: object = "", *args: Any, **kwargs: Any) -> str:
@@ -460,14 +464,14 @@ def _no_stdin(prompt: object = "", *args: Any, **kwargs: Any) -> str:
     The driver's ``input(prompt)`` shows the prompt on its stdout. The real kernel raises the EOFError in two frames
     of ipykernel's; here the traceback's last frame is this one.
     """
-    os.write(_Driver.stdout, str(prompt).encode("utf-8", "replace"))
+    os.write(_Driver.stream(1), str(prompt).encode("utf-8", "replace"))
     raise EOFError
 
 
 def _no_stdin_password(prompt: str = "Password: ", stream: object = None) -> str:
     """``getpass()`` in the kernel: the driver's getpass, without a terminal, warns and prompts on its stderr."""
     assert _Driver.getpass is not None
-    with os.fdopen(os.dup(_Driver.stderr), "w") as err, open(os.devnull) as closed:
+    with os.fdopen(os.dup(_Driver.stream(2)), "w") as err, open(os.devnull) as closed:
         saved = sys.stdin, sys.stderr
         sys.stdin, sys.stderr = closed, err
         try:
@@ -523,7 +527,6 @@ def run_kernel(mods: dict[str, ModuleType], cells: list[str], results_path: str,
     ]
     cell: dict[str, Any] = {"stdout": "", "stderr": "", "display": [], "error": []}
     streams = _Driver.streams = KernelStreams()
-    _Driver.stdout, _Driver.stderr = streams.originals[1], streams.originals[2]
     shell = _make_shell(mods, cell)
     builtins.input = _no_stdin
     _Driver.getpass = getpass.getpass
@@ -581,9 +584,7 @@ def _kernel_process(mods: dict[str, ModuleType], cells: list[str], results_path:
             run_kernel(mods, cells, results_path, lambda: say(_DONE))
         except BaseException:
             with contextlib.suppress(OSError):
-                _write_all(
-                    _Driver.stderr if _Driver.stderr >= 0 else 2, traceback.format_exc().encode("utf-8", "replace")
-                )
+                _write_all(_Driver.stream(2), traceback.format_exc().encode("utf-8", "replace"))
             say(_BROKEN)
         say(b"")  # stopped early: the pipe closes without a word
         # The driver shuts the kernel down, which ends as an interpreter ends: it waits for its threads (an executor's

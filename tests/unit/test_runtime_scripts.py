@@ -66,3 +66,15 @@ def test_the_check_finds_what_it_looks_for() -> None:
         "def f(a: dict[str, int]) -> list[int]:\n    b: tuple[int] = (1,)\n"
     )
     assert len(_problems(ast.parse(source))) == 4
+
+
+def test_the_two_signal_resets_are_the_same() -> None:
+    """The warm interpreter and the Daytona driver each reset inherited signals in a copy of one function (neither
+    may import the other): their code, docstrings left out, must not drift apart."""
+
+    def body(script: Path) -> str:
+        tree = ast.parse(script.read_text())
+        [function] = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_default_signals"]
+        return ast.dump(ast.Module(body=function.body[1:], type_ignores=[]))  # [0] is the docstring
+
+    assert body(ROOT / "executor" / "zygote_main.py") == body(ROOT / "daytona" / "interp_driver.py")
