@@ -25,11 +25,12 @@ CALL_CLOSE = "</tool_call>"
 RESPONSE_OPEN = "<tool_response>"
 RESPONSE_CLOSE = "</tool_response>"
 
-#: One tool turn as it survives decoding: the user turn of grouped tool responses plus the next generation prompt.
-_TOOL_TURN = re.compile(
-    r"\n?user((?:\n<tool_response>\n.*?\n</tool_response>)+)\nassistant\n",
-    re.DOTALL,
-)
+#: A tool turn as it survives decoding: ``[\n]user`` + responses (``\n<tool_response>\nBODY\n</tool_response>``,
+#: one or more) + the next generation prompt ``\nassistant\n``. A body may hold any text, so the span of
+#: responses is cut into bodies afterwards (``_RESPONSE``); :func:`_tool_turns` finds the spans.
+_TURN_HEAD = "user\n<tool_response>\n"
+_FIRST_OPEN = len("\n<tool_response>\n")
+_TURN_TAIL = "\n</tool_response>\nassistant\n"
 _RESPONSE = re.compile(r"\n<tool_response>\n(.*?)\n</tool_response>(?=\n<tool_response>\n|$)", re.DOTALL)
 #: verl's Hermes parser: non-greedy blocks, searched in each model turn.
 _CALL_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -86,10 +87,10 @@ def parse_output(output: str) -> ParsedOutput:
     texts: list[str] = []
     groups: list[list[str]] = []
     position = 0
-    for match in _TOOL_TURN.finditer(output):
-        texts.append(output[position : match.start()])
-        groups.append(_RESPONSE.findall(match.group(1)))
-        position = match.end()
+    for start, responses, end in _tool_turns(output):
+        texts.append(output[position:start])
+        groups.append(_RESPONSE.findall(responses))
+        position = end
     texts.append(output[position:])
     turns: list[ModelTurn] = []
     for index, text in enumerate(texts):
@@ -102,6 +103,30 @@ def parse_output(output: str) -> ParsedOutput:
                 call.response = body
         turns.append(turn)
     return ParsedOutput(turns)
+
+
+def _tool_turns(output: str) -> list[tuple[int, str, int]]:
+    """(start, span of responses, end) of each tool turn, left to right, in linear time.
+
+    What a regular expression ``\\n?user((?:\\n<tool_response>\\n.*?\\n</tool_response>)+)\\nassistant\\n`` would
+    match, without its backtracking (exponential in the number of blocks when no ``\\nassistant\\n`` follows): a
+    turn ends at the first ``\\n</tool_response>\\nassistant\\n`` after its first opening tag, since a body may
+    hold any text, so one block can always span the whole. When no turn end follows a head, none follows a later one.
+    """
+    found: list[tuple[int, str, int]] = []
+    position = 0
+    while True:
+        head = output.find(_TURN_HEAD, position)
+        if head < 0:
+            return found
+        blocks = head + len("user")
+        close = output.find(_TURN_TAIL, blocks + _FIRST_OPEN)
+        if close < 0:
+            return found
+        start = head - 1 if head > position and output[head - 1] == "\n" else head
+        end = close + len(_TURN_TAIL)
+        found.append((start, output[blocks : close + len("\n</tool_response>")], end))
+        position = end
 
 
 def _find_calls(turn: ModelTurn) -> None:
@@ -137,11 +162,12 @@ def _read_call(turn: int, index: int, raw: str) -> ToolCall:
     if missing:
         call.error = f"no {' and no '.join(repr(k) for k in missing)} key"
         return call
-    call.parsed_by_verl = True
-    call.name = value["name"] if isinstance(value["name"], str) else None
     call.arguments = value["arguments"]
-    if not isinstance(value["name"], str):
+    if not isinstance(value["name"], str):  # verl's FunctionCall(name=...) refuses it, and the parser skips the block
         call.error = f"'name' is {type(value['name']).__name__}, not a string"
-    elif not isinstance(value["arguments"], dict):
+        return call
+    call.parsed_by_verl = True
+    call.name = value["name"]
+    if not isinstance(value["arguments"], dict):  # verl runs it; the tool gets arguments that are not an object
         call.error = f"'arguments' is {type(value['arguments']).__name__}, not an object"
     return call

@@ -87,12 +87,14 @@ def test_a_score_too_large_for_a_float_is_a_violation_not_a_crash(tmp_path: Path
     }
 
 
-def test_json_nested_too_deeply_for_python_is_a_violation(tmp_path: Path) -> None:
+def test_json_nested_too_deeply_for_python(tmp_path: Path) -> None:
+    # a line too deep to decode is a violation; a call too deep is the model's, skipped by verl's parser: a note
     deep_call = "<tool_call>" + "[" * 5000 + "</tool_call>\n#### 3"
     report = validate_dir(dump(tmp_path / "d", "[" * 100_000, json.dumps({**GOOD, "output": deep_call})), reward="none")
-    assert [(f.line, f.check) for f in report.violations] == [(1, "json"), (2, "tool_call_format")]
+    assert [(f.line, f.check) for f in report.violations] == [(1, "json")]
     assert "nested too deeply" in report.violations[0].message
-    assert "nested too deeply" in report.violations[1].message
+    [note] = [n for n in report.notes if n.check == "tool_call_format"]
+    assert note.line == 2 and "nested too deeply" in note.message and "verl's parser skips it" in note.message
 
 
 # --- any JSON object, property-tested -------------------------------------------------------------------------------

@@ -51,20 +51,46 @@ def test_missing_answer_with_a_positive_score(good_entries: Entries, mutated: Mu
     assert validate_dir(mutated(good_entries), reward="none").ok  # the GSM8K checks are off
 
 
-def test_malformed_call_json(good_entries: Entries, mutated: Mutate) -> None:
-    # in the last turn, so verl's parser (which skips it) would not have answered it either
+def format_notes(report: Report) -> list[tuple[int, str]]:
+    return [(n.line, n.message) for n in report.notes if n.check == "tool_call_format"]
+
+
+def test_malformed_call_json_is_the_models_note(good_entries: Entries, mutated: Mutate) -> None:
+    # verl's Hermes parser logs and skips a block that is not JSON: an honest rollout writes it, so a note
     good_entries[3]["output"] = (
         '<tool_call>\n{"name": "code_interpreter", "arguments": {\n</tool_call>\n' + (good_entries[3]["output"])
     )
     report = validate_dir(mutated(good_entries))
-    only(report, (4, "tool_call_format"))
-    assert "not JSON" in report.violations[0].message
+    assert report.ok, report.render()
+    [(line, message)] = format_notes(report)
+    assert line == 4 and "not JSON" in message and "verl's parser skips it" in message
+
+
+def test_malformed_call_beside_an_answered_one(good_entries: Entries, mutated: Mutate) -> None:
+    # the skipped block takes no response: the well-formed call after it is the one the tool turn answered
+    index = next(i for i, e in enumerate(good_entries) if "<tool_call>" in e["output"].split("\nuser\n", 1)[0])
+    entry = good_entries[index]
+    entry["output"] = "<tool_call>\nnot json\n</tool_call>\n" + entry["output"]
+    report = validate_dir(mutated(good_entries))
+    assert report.ok, report.render()
+    assert [line for line, _ in format_notes(report)] == [index + 1]
+
+
+def test_call_name_not_a_string_is_skipped_as_verl_skips_it(good_entries: Entries, mutated: Mutate) -> None:
+    good_entries[3]["output"] += '\n<tool_call>\n{"name": 7, "arguments": {"code": "1"}}\n</tool_call>'
+    report = validate_dir(mutated(good_entries))
+    assert report.ok, report.render()
+    [(_, message)] = format_notes(report)
+    assert "'name' is int" in message and "skips it" in message
+    assert [n.line for n in report.notes if n.check == "tool_pairing"] == [6]  # not an unanswered call of line 4
 
 
 def test_call_arguments_not_an_object(good_entries: Entries, mutated: Mutate) -> None:
     good_entries[3]["output"] += '\n<tool_call>\n{"name": "code_interpreter", "arguments": "print(1)"}\n</tool_call>'
     report = validate_dir(mutated(good_entries))
-    only(report, (4, "tool_call_format"))
+    assert report.ok, report.render()
+    [(_, message)] = format_notes(report)
+    assert "'arguments' is str" in message and "skips" not in message  # verl runs it
     assert [n.line for n in report.notes if n.check == "tool_pairing"] == [4, 6]  # unanswered last call: a note
 
 

@@ -4,12 +4,13 @@ truncation verl can make of an observation is recognised as one."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.validate.parse import parse_output
+from harness.validate.parse import _tool_turns, parse_output
 from harness.validate.truncation import truncate, truncation_form
 
 # Model text: no tags, no role names (a model writing a whole fake tool turn is indistinguishable after decoding).
@@ -100,3 +101,26 @@ def test_truncation_examples() -> None:
     assert truncation_form("012...(truncated)...78", text) is None  # unequal halves
     assert truncation_form("0123456789...(truncated)", text) is None  # nothing was cut
     assert truncation_form("", "") == "exact" and truncation_form("(truncated)...", "") is None
+
+
+# The tool-turn pattern the parser used to run as a regular expression: its backtracking was exponential in the
+# number of response blocks when no ``\nassistant\n`` followed. The linear scan must find what it found.
+_TOOL_TURN_PATTERN = re.compile(r"\n?user((?:\n<tool_response>\n.*?\n</tool_response>)+)\nassistant\n", re.DOTALL)
+_PIECES = st.sampled_from(
+    ["user", "\n", "<tool_response>", "</tool_response>", "assistant", "x", "\nuser\n<tool_response>\n"]
+)
+
+
+@settings(max_examples=400)
+@given(st.lists(_PIECES, max_size=14).map("".join))
+def test_tool_turns_are_what_the_pattern_matched(text: str) -> None:
+    expected = [(m.start(), m.group(1), m.end()) for m in _TOOL_TURN_PATTERN.finditer(text)]
+    assert _tool_turns(text) == expected
+
+
+def test_many_unanswered_response_blocks_parse_as_one_model_turn() -> None:
+    # 200 blocks and no generation prompt after them: the old pattern would try 2**200 splits.
+    text = "call\nuser" + "\n<tool_response>\nx\n</tool_response>" * 200 + "\nnope"
+    parsed = parse_output(text)
+    assert parsed.tool_turns == 0
+    assert parsed.turns[0].stray_response_tags == 400
