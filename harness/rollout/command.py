@@ -152,9 +152,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print("\n".join(summary_lines(result)))
-    from harness.validate import validate_dir
+    from harness.validate import UsageError, validate_file
 
-    report = validate_dir(result.dump_path.parent)
+    try:  # the file this run wrote, not whatever else --out holds
+        report = validate_file(result.dump_path)
+    except UsageError as exc:
+        print(f"error: cannot validate the dump: {exc}", file=sys.stderr)
+        return 2
     print(f"validate       {'ok' if report.ok else 'FAILED'}: {report.summary_line()}")
     if not report.ok:
         for line in report.shown_lines(10):

@@ -350,17 +350,20 @@ async def _run_async(
                 extra_info={"index": problem.index, "split": problem.split},
             )
         except Exception as exc:  # a broken trajectory is reported, never lost
-            return Trajectory(index, problem, variant, "", "", "", 0.0, 0, [], None, f"{type(exc).__name__}: {exc}")
+            failure = f"{type(exc).__name__}: {exc}"
+            started_as = manager.request_of.get(index, "")  # the calls it made before it broke are kept
+            calls = log.for_request(started_as) if started_as else []
+            return Trajectory(index, problem, variant, started_as, "", "", 0.0, 0, calls, None, failure)
         finally:
             if barrier is not None:
                 await barrier.finish(index)
+            finished += 1  # failed or not, the trajectory is over
+            if progress is not None:
+                progress(finished, len(problems), sum(len(v) for v in log.calls.values()))
         request_id = manager.request_of.get(index, "")
         text_in, text_out = decode_sample(tokenizer, output.prompt_ids, output.response_ids)
         calls = log.for_request(request_id)
         offline = _offline_score(problem, variant) if variant is not None else None
-        finished += 1
-        if progress is not None:
-            progress(finished, len(problems), sum(len(v) for v in log.calls.values()))
         return Trajectory(
             index=index,
             problem=problem,
@@ -442,11 +445,16 @@ def run_rollout(options: RolloutOptions, progress: Progress | None = None) -> Ro
         [t.score for t in trajectories],
         options.step,
         {
+            # verl 0.9.1's reward loop gives a float score's value again as ``acc``, and its dump writes it
+            "acc": [t.score for t in trajectories],
             "request_id": [t.request_id for t in trajectories],
             "num_turns": [t.num_turns for t in trajectories],
             "tool_calls": [[c.to_dict() for c in t.tool_calls] for t in trajectories],
         },
     )
+    for trajectory, entry in zip(trajectories, entries, strict=True):
+        if trajectory.error is not None:  # verl's trainer would have stopped; the row says why it is empty
+            entry["error"] = trajectory.error
     try:
         dump_path = write_step(options.out, options.step, entries)
     except OSError as exc:  # the disk filled up, --out went away during the run

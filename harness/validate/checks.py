@@ -44,8 +44,14 @@ class Entry:
 def check_entry(report: Report, entry: Entry, reward: str) -> None:
     """Run every check that applies to ``entry``; a check whose fields the schema check rejected is skipped (one
     wrong type is reported once, as a schema violation)."""
-    _check_schema(report, entry)
     data = entry.data
+    report.checked("error")
+    if data.get("error") is not None:  # a failed trajectory's row: empty by design, so its other checks say nothing
+        error = data["error"]
+        why = error if isinstance(error, str) else repr(error)
+        report.violation(entry.file, entry.line, "error", f"the trajectory failed: {why}")
+        return
+    _check_schema(report, entry)
     _check_step(report, entry)
     if not isinstance(data.get("output"), str):
         return

@@ -13,6 +13,7 @@ CHECKS: dict[str, str] = {
     "truncated": "the last line of a file ends with a newline (no half-written line)",
     "schema": "input/output str, gts str or null, score number, step int; request_id, num_turns, tool_calls shaped",
     "step": "`step` equals the step in the file name",
+    "error": "no entry is a trajectory that failed (our rollout's `error` field; verl's trainer stops instead)",
     "tool_call_format": "every <tool_call> block holds JSON with a string `name` and an object `arguments`",
     "tool_pairing": "every call answered by one <tool_response> before the next model turn; no response without call",
     "answer_format": "`#### <answer>` present wherever the score is positive",

@@ -66,6 +66,25 @@ def validate_dir(path: str | Path, *, reward: str = "gsm8k") -> Report:
     return report
 
 
+def validate_file(path: str | Path, *, reward: str = "gsm8k") -> Report:
+    """Check one dump file alone (what a run just wrote), whatever else its directory holds.
+
+    Raises :class:`UsageError` when it is not a readable regular file.
+    """
+    if reward not in REWARDS:
+        raise UsageError(f"unknown reward {reward!r}; choose one of {', '.join(REWARDS)}")
+    file = Path(path)
+    try:
+        regular = file.is_file()
+    except OSError as exc:
+        raise UsageError(f"{file}: cannot read: {exc.strerror or exc}") from None
+    if not regular:
+        raise UsageError(f"{file}: {'not a regular file' if file.exists() else 'no such file'}")
+    report = Report(directory=str(file.parent), reward=reward)
+    _validate_file(report, file, reward)
+    return report
+
+
 def _validate_file(report: Report, file: Path, reward: str) -> None:
     name = file.name
     report.files.append(name)

@@ -108,6 +108,20 @@ def test_cli_runs_summarises_and_validates(tmp_path: Path, capsys: pytest.Captur
     assert (out / "1.jsonl").exists()
 
 
+def test_cli_validates_the_file_it_wrote_not_the_rest_of_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "dump"
+    out.mkdir()
+    (out / "7.jsonl").write_text('{"no": "input"}\n')  # another run's broken step
+    (out / "8.jsonl").symlink_to("/proc/self/mem")  # and one nothing can read
+    code = cli_main(["rollout", "--trajectories", "2", "--out", str(out), "--quiet"])
+    printed = capsys.readouterr()
+    assert code == 0, printed
+    assert "validate       ok: " in printed.out and printed.err == ""
+    assert [json.loads(line)["acc"] for line in (out / "1.jsonl").read_text().splitlines()] == [1.0, 1.0]
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

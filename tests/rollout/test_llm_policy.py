@@ -4,6 +4,7 @@ policy over HTTP, so the whole path (prompt text out, completion text in, tokens
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from harness.gsm8k.policy import ScriptedGSM8KPolicy
 from harness.rollout.job import RolloutOptions, run_rollout
 from harness.rollout.server import GenerateRequest
 from harness.rollout.tokenizer import encode, tiny_tokenizer
+from harness.validate import validate_file
 
 
 class CompletionsServer:
@@ -95,6 +97,14 @@ def test_llm_url_policy_runs_the_job(completions_server: CompletionsServer, tmp_
 
 def test_llm_url_errors_are_reported_per_trajectory(completions_server: CompletionsServer, tmp_path: Path) -> None:
     options = RolloutOptions(trajectories=2, out=tmp_path, llm_url=completions_server.url, llm_model="broken")
-    result = run_rollout(options)
+    progress: list[tuple[int, int]] = []
+    result = run_rollout(options, progress=lambda done, total, calls: progress.append((done, total)))
     assert result.errors == 2
     assert all("HTTP 404" in (t.error or "") for t in result.trajectories)
+    assert progress == [(1, 2), (2, 2)]  # a failed trajectory is over too: the bar reaches its end
+    rows = [json.loads(line) for line in result.dump_path.read_text().splitlines()]
+    assert [("HTTP 404" in row["error"], row["score"], row["acc"]) for row in rows] == [(True, 0.0, 0.0)] * 2
+    report = validate_file(result.dump_path)
+    # one violation per failed row, saying why (not the empty row's schema and turn-count complaints)
+    assert [(f.line, f.check) for f in report.violations] == [(1, "error"), (2, "error")]
+    assert "the trajectory failed: " in report.violations[0].message and "HTTP 404" in report.violations[0].message

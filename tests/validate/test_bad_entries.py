@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.cli import main as run  # the command line as users run it
-from harness.validate import Report, validate_dir
+from harness.validate import Report, UsageError, validate_dir, validate_file
 
 #: ``--reward gsm8k`` scores with verl; without the extra only ``none`` can run every check.
 REWARDS_HERE = ["none", "gsm8k"] if importlib.util.find_spec("verl") is not None else ["none"]
@@ -167,3 +167,13 @@ def test_any_json_object_is_reported_never_raised(entry: dict[str, Any], reward:
     # what the CLI prints can be printed (messages quote the dump's text with repr, surrogates escaped)
     report.render(max_shown=1000).encode("utf-8")
     report.to_json().encode("utf-8")
+
+
+def test_validate_file_reads_one_file_and_refuses_what_is_not_one(tmp_path: Path) -> None:
+    directory = dump(tmp_path / "d", json.dumps(GOOD))
+    (directory / "2.jsonl").write_text("not json\n")  # a neighbour it must not read
+    report = validate_file(directory / "1.jsonl", reward="none")
+    assert report.ok and report.files == ["1.jsonl"] and report.entries == 1
+    for path, reason in ((directory / "3.jsonl", "no such file"), (directory, "not a regular file")):
+        with pytest.raises(UsageError, match=reason):
+            validate_file(path)
