@@ -452,9 +452,9 @@ def run_rollout(options: RolloutOptions, progress: Progress | None = None) -> Ro
             "tool_calls": [[c.to_dict() for c in t.tool_calls] for t in trajectories],
         },
     )
-    for trajectory, entry in zip(trajectories, entries, strict=True):
+    for trajectory, row in zip(trajectories, entries, strict=True):
         if trajectory.error is not None:  # verl's trainer would have stopped; the row says why it is empty
-            entry["error"] = trajectory.error
+            row["error"] = trajectory.error
     try:
         dump_path = write_step(options.out, options.step, entries)
     except OSError as exc:  # the disk filled up, --out went away during the run

@@ -1,8 +1,7 @@
 """Rollout-dump validator: checks a verl ``trainer.rollout_data_dir`` (ours or a real run's) line by line.
 
 ``validate_dir(path, reward="gsm8k") -> Report`` (``validate_file`` for one file); ``register_cli(subparsers)``
-adds ``validate DIR``. See
-docs/validate.md for the checks, their severities and the report's shape.
+adds ``validate DIR``. See docs/validate.md for the checks, their severities and the report's shape.
 """
 
 from __future__ import annotations
