@@ -137,7 +137,9 @@ def _read_text(path: Path) -> str:
 
 def _load_jsonl(path: Path, limit: int | None, *, split: str) -> list[Problem]:
     problems: list[Problem] = []
-    for number, line in enumerate(_read_text(path).splitlines(), start=1):
+    # JSON Lines are split at "\n" only: str.splitlines() also splits at U+2028, U+0085 and others, which a JSON
+    # string may hold raw
+    for number, line in enumerate(_read_text(path).split("\n"), start=1):
         if limit is not None and len(problems) >= limit:
             break
         if not line.strip():

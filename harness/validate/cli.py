@@ -46,7 +46,13 @@ def run_validate(args: argparse.Namespace) -> int:
     try:
         report = validate_dir(args.directory, reward=args.reward)
     except (UsageError, MissingExtra) as exc:
-        print(f"validate: {exc}", file=sys.stderr)
+        print(_printable(f"validate: {exc}"), file=sys.stderr)
         return 2
-    print(report.to_json() if args.json else report.render(max_shown=args.max_shown))
+    print(_printable(report.to_json() if args.json else report.render(max_shown=args.max_shown)))
     return 0 if report.ok else 1
+
+
+def _printable(text: str) -> str:
+    """``text`` with the lone surrogates of undecodable file names as ``\\udcXX`` escapes: a strict stdout cannot
+    print them, a lenient one would write bytes that are not UTF-8, and in a JSON string the escape is valid JSON."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -84,6 +84,15 @@ def test_load_raw_jsonl(tmp_path: Path) -> None:
     assert load_problems(path, limit=0) == []
 
 
+def test_a_question_may_hold_unicode_line_separators(tmp_path: Path) -> None:
+    # JSON allows U+2028, U+2029 and U+0085 raw in a string; only "\n" ends a JSON line (CRLF too)
+    question = "Line one\u2028line two\u2029three\x85four\x1cfive?"
+    path = tmp_path / "test.jsonl"
+    record = json.dumps({"question": question, "answer": SOLUTION}, ensure_ascii=False)
+    path.write_text(record + "\r\n" + record + "\n", encoding="utf-8")
+    assert [p.question for p in load_problems(path)] == [question, question]
+
+
 def test_verl_row_shape(bundled: list[Problem]) -> None:
     problem = bundled[0]
     row = to_verl_row(problem)

@@ -105,3 +105,23 @@ def test_summary_and_shown_lines_for_other_commands(good_dump: Path, tmp_path: P
     report = validate_dir(_broken(good_dump, tmp_path))
     assert report.summary_line() == "1 file(s), 6 line(s), 6 entries; 6 violation(s), 1 note(s)"
     assert report.shown_lines(1) == ["1.jsonl:1: step: step is 9 but the file is for step 1"]
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_an_undecodable_file_name_prints_on_a_strict_stdout(good_dump: Path, tmp_path: Path, as_json: bool) -> None:
+    import os
+    import subprocess
+    import sys
+
+    directory = tmp_path / "names"
+    directory.mkdir()
+    os.link(good_dump / "1.jsonl", os.path.join(os.fsencode(directory), b"st\xffep.jsonl"))
+    command = "from harness.cli import main; raise SystemExit(main())"
+    argv = [sys.executable, "-c", command, "validate", str(directory), *(["--json"] if as_json else [])]
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8:strict"}
+    done = subprocess.run(argv, capture_output=True, env=env, check=False)
+    assert done.returncode == 1, done.stderr.decode(errors="replace")  # a name that is not <step>.jsonl: a violation
+    text = done.stdout.decode("utf-8")  # valid UTF-8, whatever the name's bytes
+    assert "st\\udcffep.jsonl" in text and b"Traceback" not in done.stderr
+    if as_json:
+        assert json.loads(text)["files"] == ["st\udcffep.jsonl"]
