@@ -85,7 +85,7 @@ def summary_lines(result: Any) -> list[str]:
         f"max in flight  {result.max_in_flight} requests at the sandbox",
         f"wall time      {result.wall_s:.2f} s; rollouts {result.rollout_s:.2f} s "
         f"({len(result.trajectories) / max(result.rollout_s, 1e-9):.1f} trajectories/s)",
-        f"dump           {result.dump_path}",
+        f"dump           {result.dump_path}{' (replaced the file there)' if result.replaced else ''}",
     ]
     return lines
 

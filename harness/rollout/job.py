@@ -55,6 +55,8 @@ RUN_CODE_ROUTE = "sandbox_fusion.run_code"
 #: The most seconds a model turn (``--generation-latency``) or a tool call (``--latency``) may be made to wait, as
 #: bench's ``--fixed-latency-ms`` caps it: more is a typo (milliseconds for seconds), and the run would seem to hang.
 MAX_LATENCY_S = 60.0
+#: Trajectories of one run: all run at once, so a typo of a few more zeros would take the machine's memory.
+MAX_TRAJECTORIES = 100_000
 #: The largest ``--step``: a trainer's step counter is a 64-bit integer, and the dump is named after it.
 MAX_STEP = 2**63 - 1
 
@@ -94,8 +96,10 @@ class RolloutOptions:
             raise RolloutError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
         if self.mode not in MODES:
             raise RolloutError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
-        if self.trajectories < 1:
-            raise RolloutError(f"--trajectories must be at least 1, got {self.trajectories}")
+        if not 1 <= self.trajectories <= MAX_TRAJECTORIES:
+            raise RolloutError(
+                f"--trajectories must be between 1 and {MAX_TRAJECTORIES:,} (all run at once), got {self.trajectories}"
+            )
         if self.rate_limit is not None and self.rate_limit < 1:
             raise RolloutError(f"--rate-limit must be at least 1, got {self.rate_limit}")
         if not 0 <= self.step <= MAX_STEP:
@@ -191,6 +195,7 @@ class RolloutResult:
     rollout_s: float = 0.0  # first trajectory started to last one finished (virtual seconds with virtual_time)
     emulator: Any = None  # the emulator the rollout ran against (its journal and decision log, for the judges)
     fault_counts: dict[str, int] = field(default_factory=dict)
+    replaced: bool = False  # the dump file existed before and was replaced (as verl's trainer replaces it)
 
     @property
     def tool_calls(self) -> int:
@@ -455,6 +460,7 @@ def run_rollout(options: RolloutOptions, progress: Progress | None = None) -> Ro
     for trajectory, row in zip(trajectories, entries, strict=True):
         if trajectory.error is not None:  # verl's trainer would have stopped; the row says why it is empty
             row["error"] = trajectory.error
+    replaced = step_path(options.out, options.step).exists()
     try:
         dump_path = write_step(options.out, options.step, entries)
     except OSError as exc:  # the disk filled up, --out went away during the run
@@ -482,4 +488,5 @@ def run_rollout(options: RolloutOptions, progress: Progress | None = None) -> Ro
         rollout_s=rollout_s,
         emulator=emulator,
         fault_counts=faults,
+        replaced=replaced,
     )

@@ -51,7 +51,7 @@ def check_entry(report: Report, entry: Entry, reward: str) -> None:
         why = error if isinstance(error, str) else repr(error)
         report.violation(entry.file, entry.line, "error", f"the trajectory failed: {why}")
         return
-    _check_schema(report, entry)
+    _check_schema(report, entry, reward)
     _check_step(report, entry)
     if not isinstance(data.get("output"), str):
         return
@@ -98,14 +98,16 @@ def _type(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def _check_schema(report: Report, entry: Entry) -> None:
+def _check_schema(report: Report, entry: Entry, reward: str) -> None:
     report.checked("schema")
     data = entry.data
     problems: list[str] = []
+    # verl dumps whatever a data set's ground truth is (a list, a number...); GSM8K's is a string
+    gts_ok: Any = (lambda v: v is None or isinstance(v, str)) if reward == "gsm8k" else (lambda v: True)
     expected: dict[str, tuple[str, Any]] = {
         "input": ("a string", lambda v: isinstance(v, str)),
         "output": ("a string", lambda v: isinstance(v, str)),
-        "gts": ("a string or null", lambda v: v is None or isinstance(v, str)),
+        "gts": ("a string or null", gts_ok),
         "score": ("a number", _is_number),
         "step": ("an integer", _is_int),
     }

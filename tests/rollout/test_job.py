@@ -120,13 +120,17 @@ def test_cli_validates_the_file_it_wrote_not_the_rest_of_out(
     assert code == 0, printed
     assert "validate       ok: " in printed.out and printed.err == ""
     assert [json.loads(line)["acc"] for line in (out / "1.jsonl").read_text().splitlines()] == [1.0, 1.0]
+    assert "(replaced" not in printed.out
+    assert cli_main(["rollout", "--trajectories", "1", "--out", str(out), "--quiet"]) == 0
+    assert f"dump           {out / '1.jsonl'} (replaced the file there)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["--backend", "nowhere"], "invalid choice"),
-        (["--trajectories", "0"], "at least 1"),
+        (["--trajectories", "0"], "--trajectories must be between 1 and 100,000 (all run at once), got 0"),
+        (["--trajectories", "1000000000"], "--trajectories must be between 1 and 100,000 (all run at once), got 10"),
         (["--data", "missing.jsonl"], "not found"),
         (["--faults", "no-such-profile"], "fault plan"),
         (["--latency", "gaussian:1"], "bad latency model"),
@@ -228,7 +232,7 @@ def test_real_gsm8k_test_split_reaches_the_offline_ceiling(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--trajectories", "0"], "--trajectories must be at least 1, got 0"),
+        (["--trajectories", "0"], "--trajectories must be between 1 and 100,000 (all run at once), got 0"),
         (["--generation-latency", "-1"], "--generation-latency must be between 0 and 60 seconds"),
     ],
 )
