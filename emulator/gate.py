@@ -114,7 +114,7 @@ class FaultGate:
         arrived = transport.arrived_at(request.scope)
         body = await request.body()
         key = request_key(request.headers, body)
-        decision = self.engine.decide(route, key)
+        decision = self._decide(route, key, request.method, request.scope["path"])
         entry = self.journal.begin(route, request.method, request.scope["path"], key, decision.attempt)
         entry.injected_latency = decision.latency
         entry.arrived = arrived if isinstance(self.engine.clock, RealClock) else None
@@ -156,7 +156,7 @@ class FaultGate:
         (:func:`~emulator.executor.start_gate.wait_out`).
         """
         key = request_key(websocket.headers, websocket.url.path.encode())
-        decision = self.engine.decide(route, key)
+        decision = self._decide(route, key, "GET", websocket.url.path)
         entry = self.journal.begin(route, "GET", websocket.url.path, key, decision.attempt)
         entry.injected_latency = decision.latency
         arrived = transport.arrived_at(websocket.scope)
@@ -213,6 +213,17 @@ class FaultGate:
         response = _action_response(action, dict(decision.limit_headers), (route, websocket.url.path, "GET"))
         await websocket.send_denial_response(response)
         return response.status_code, "limited" if action.kind == "limited" else "fault"
+
+    def _decide(self, route: str, key: str, method: str, path: str) -> Decision:
+        """The engine's decision; a request whose decision failed (a replay's miss, a bug) is journalled as an error
+        answered 500, as the server answers it, so the journal still holds every request."""
+        try:
+            return self.engine.decide(route, key)
+        except Exception:
+            self.journal.end(
+                self.journal.begin(route, method, path, key, self.engine.attempts(route, key)), 500, "error"
+            )
+            raise
 
     def _latency(self, decision: Decision, arrived: float | None) -> tuple[float, float | None]:
         """What is left of the decision's latency to wait, and (real clock only) the instant it ends."""

@@ -205,21 +205,25 @@ class FaultEngine:
         if admission is None:
             return
         with self._lock:
-            if admission.epoch != self._epoch:
-                return
-            if self._open.pop(admission.ticket, None) is None:
-                raise AdmissionError(
-                    f"admission ticket {admission.ticket} for {admission.route!r} was already released "
-                    "or was not issued by this engine"
-                )
-            for name in admission.held:
-                cap = self._caps.get(name)
-                if cap is not None:
-                    cap.release()
-            if admission.loaded:
-                self._load[admission.route] -= 1
-                if self._load[admission.route] <= 0:
-                    del self._load[admission.route]
+            self._release_locked(admission)
+
+    def _release_locked(self, admission: Admission) -> None:
+        """``release`` under the lock (also for a decision that failed before it was handed out)."""
+        if admission.epoch != self._epoch:
+            return
+        if self._open.pop(admission.ticket, None) is None:
+            raise AdmissionError(
+                f"admission ticket {admission.ticket} for {admission.route!r} was already released "
+                "or was not issued by this engine"
+            )
+        for name in admission.held:
+            cap = self._caps.get(name)
+            if cap is not None:
+                cap.release()
+        if admission.loaded:
+            self._load[admission.route] -= 1
+            if self._load[admission.route] <= 0:
+                del self._load[admission.route]
 
     def _admit_locked(self, route: str, key: str) -> Admission | None:
         caps = [c for c in self._caps.values() if route_matches(route, c.spec.route)]
@@ -346,11 +350,16 @@ class FaultEngine:
                     admission=adm,
                 )
             else:
-                if any(r.overload is not None and route_matches(route, r.route) for r in self._plan.rules):
-                    adm = self._count_load(route, key, adm)
-                decision = self._evaluate(
-                    route, key, attempt, ordinal, now, adm, lambda rule: self._load_locked(rule.route)
-                )
+                try:
+                    if any(r.overload is not None and route_matches(route, r.route) for r in self._plan.rules):
+                        adm = self._count_load(route, key, adm)
+                    decision = self._evaluate(
+                        route, key, attempt, ordinal, now, adm, lambda rule: self._load_locked(rule.route)
+                    )
+                except BaseException:
+                    if adm is not None:  # nobody will release what the failed decision would have held
+                        self._release_locked(adm)
+                    raise
             self.log.append(decision.to_record())
             return decision
 

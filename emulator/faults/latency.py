@@ -26,6 +26,11 @@ __all__ = [
 #: client could wait out, and near 1e9 s the event loop's timers overflow.
 MAX_DELAY_S = 86_400.0
 
+_LOG_MAX_DELAY = math.log(MAX_DELAY_S)
+
+#: The largest draw whose normal quantile is taken: a keyed draw can round to 1.0, which has none.
+_U_MAX = 1.0 - 2.0**-53
+
 # 99th percentile of the standard normal; used to turn (p50, p99) into (mu, sigma).
 Z99 = NormalDist().inv_cdf(0.99)
 
@@ -79,10 +84,13 @@ class LognormalLatency:
         return (math.log(self.p99) - math.log(self.p50)) / Z99
 
     def sample(self, u: float, t: float = 0.0) -> float:
-        """Inverse CDF: ``exp(mu + sigma * Phi^-1(u))``."""
+        """Inverse CDF: ``exp(mu + sigma * Phi^-1(u))``, at most :data:`MAX_DELAY_S` (a wide spread's far tail would
+        overflow ``exp``; a ``u`` rounded to 1 has no quantile)."""
         if self.sigma == 0.0:
             return self.p50
-        return math.exp(self.mu + self.sigma * NormalDist().inv_cdf(u))
+        u = min(u, _U_MAX)
+        exponent = self.mu + self.sigma * NormalDist().inv_cdf(u)
+        return MAX_DELAY_S if exponent >= _LOG_MAX_DELAY else math.exp(exponent)
 
     def to_dict(self) -> dict[str, object]:
         """Plan-syntax form."""
@@ -101,9 +109,18 @@ class ParetoLatency:
     cap: float | None = None
 
     def sample(self, u: float, t: float = 0.0) -> float:
-        """Inverse CDF ``scale / (1 - u) ** (1 / alpha)``, clipped to ``cap``."""
-        value = self.scale / float((1.0 - u) ** (1.0 / self.alpha))
-        return min(value, self.cap) if self.cap is not None else value
+        """Inverse CDF ``scale / (1 - u) ** (1 / alpha)``, clipped to ``cap`` (else to :data:`MAX_DELAY_S`).
+
+        Computed in log space: for a small ``alpha`` the power underflows to 0 (a division by zero) and for ``u`` near
+        1 the draw is beyond any bound; both are the bound."""
+        bound = self.cap if self.cap is not None else MAX_DELAY_S
+        tail = 1.0 - u
+        if tail <= 0.0:
+            return bound
+        log_ratio = -math.log(tail) / self.alpha
+        if log_ratio >= math.log(bound / self.scale):
+            return bound
+        return self.scale * math.exp(log_ratio)
 
     def to_dict(self) -> dict[str, object]:
         """Plan-syntax form."""

@@ -72,6 +72,11 @@ class ReplayEngine:
             self.log.append(found.to_record())
             return found
 
+    def attempts(self, route: str, key: str) -> int:
+        """How many times ``(route, key)`` has arrived so far in this replay."""
+        with self._lock:
+            return self._attempts.get((route, key), 0)
+
     def admit(self, route: str, key: str = "") -> Admission | None:
         """Replays do not enforce limits (refusals come from the log)."""
         return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -12,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from emulator.faults import SANDBOX_ERROR_MESSAGE, FaultEngine, FaultPlan, ManualClock
-from emulator.faults.latency import LognormalLatency, ParetoLatency
+from emulator.faults.latency import FixedLatency, LognormalLatency, ParetoLatency
+from emulator.faults.plan import Rule
 
 RC = "sandbox_fusion.run_code"
 
@@ -321,3 +323,48 @@ def test_a_default_daytona_fault_body_gets_the_request_fields_whatever_its_json_
     own = json.dumps({"statusCode": 503, "message": "the plan's own"})
     assert with_request_fields(own, 503, "daytona.sandbox.get", "/api/sandbox/x", "GET") == own
     assert with_request_fields("not json", 503, "daytona.sandbox.get", "/api/sandbox/x", "GET") == "not json"
+
+
+@pytest.mark.parametrize("alpha", [0.01, 0.001, 1e-300])
+def test_pareto_with_a_small_alpha_gives_its_bound_and_never_divides_by_zero(alpha: float) -> None:
+    """``(1 - u) ** (1 / alpha)`` underflowed to 0 for a small alpha: decide() raised ZeroDivisionError."""
+    capped, uncapped = ParetoLatency(0.1, alpha, cap=5.0), ParetoLatency(0.1, alpha)
+    for u in (1e-9, 0.3, 0.9, 1 - 1e-16, 1.0):
+        assert 0.1 <= capped.sample(u) <= 5.0
+        assert 0.1 <= uncapped.sample(u) <= 86_400.0
+    assert capped.sample(0.9) == 5.0
+    engine = _engine({"rules": [{"latency": {"pareto": {"scale": 0.1, "alpha": alpha, "cap": 5}}}]})
+    assert all(0.1 <= engine.decide(RC, f"k{i}").latency <= 5.0 for i in range(500))
+
+
+def test_lognormal_far_tail_stays_within_a_day() -> None:
+    lat = LognormalLatency(1e-300, 86_400.0)  # sigma about 300: exp of the 0.999 quantile overflows a float
+    assert lat.sample(0.999) == 86_400.0
+    assert lat.sample(1.0) == 86_400.0  # a keyed draw can round to 1.0, which has no normal quantile
+    assert lat.sample(0.5) == pytest.approx(1e-300)
+
+
+class _Broken(FixedLatency):
+    """A latency whose sampling fails, standing for any bug in a rule's evaluation."""
+
+    def sample(self, u: float, t: float = 0.0) -> float:
+        raise ArithmeticError("broken sampler")
+
+
+def test_an_evaluation_that_raises_gives_its_admission_back() -> None:
+    """The admission was stored before the rules were evaluated: when they raised, the cap's slot leaked forever."""
+    plan = FaultPlan.from_dict(
+        {
+            "rules": [{"id": "load", "route": RC, "overload": {"capacity": 0, "latency_per_excess": 0.1}}],
+            "limits": [{"name": "cap", "route": RC, "max_in_flight": 1}],
+        }
+    )
+    broken = replace(plan, rules=(*plan.rules, Rule(id="broken", route=RC, latency=_Broken(0.0))))
+    engine = FaultEngine(broken, ManualClock())
+    for i in range(3):
+        with pytest.raises(ArithmeticError):
+            engine.decide(RC, f"k{i}")
+    assert engine.in_flight("cap") == 0 and engine.outstanding == 0 and engine.load(RC) == 0
+    engine.set_plan(plan)
+    decision = engine.decide(RC, "after")
+    assert decision.kind == "pass" and not decision.refused and engine.in_flight("cap") == 1
