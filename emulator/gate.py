@@ -141,7 +141,12 @@ class FaultGate:
         return response
 
     async def handle_ws(
-        self, route: str, websocket: WebSocket, handler: WsHandler, ready_in_latency: bool = False
+        self,
+        route: str,
+        websocket: WebSocket,
+        handler: WsHandler,
+        ready_in_latency: bool = False,
+        identity: str | None = None,
     ) -> None:
         """The gate for a WebSocket route. Faults map onto the handshake and close codes:
 
@@ -154,8 +159,12 @@ class FaultGate:
         the handler accepts and reads the request during the wait, and the program it runs takes the start gate (see
         :mod:`emulator.executor.start_gate`); an answer without a program waits for the end first
         (:func:`~emulator.executor.start_gate.wait_out`).
+
+        An upgrade request has no body: its key (without ``X-Emulator-Key``) is a hash of ``identity``, the URL path
+        with what the emulator made up at random (a sandbox's id) replaced by what the client did the same way in
+        every run (see :meth:`~emulator.daytona.service.DaytonaService.ws_identity`), else of the path itself.
         """
-        key = request_key(websocket.headers, websocket.url.path.encode())
+        key = request_key(websocket.headers, (websocket.url.path if identity is None else identity).encode())
         decision = self._decide(route, key, "GET", websocket.url.path)
         entry = self.journal.begin(route, "GET", websocket.url.path, key, decision.attempt)
         entry.injected_latency = decision.latency

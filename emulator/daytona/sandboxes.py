@@ -81,6 +81,9 @@ class Sandbox:
     #: The home directory: an executor work dir (so each execution gets it handed to its uid), and its executor.
     home_dir: Any = None
     home_owner: Any = None
+    #: 1 for the first sandbox created since the store was made or cleared, 2 for the next...: unlike the random id, the
+    #: same in every run that creates its sandboxes in the same order (the fault gate keys WebSockets by it).
+    ordinal: int = 0
 
     @property
     def home(self) -> str:
@@ -183,6 +186,7 @@ class SandboxStore:
         self._owned_root = config.root_dir is None
         self._root: str | None = None
         self.alive_high_water = 0
+        self._created = 0
         self._fail_next: list[tuple[str, str]] = []
         #: Called with each sandbox removed by the store (delete or auto-delete): stop interpreters, sessions.
         self.on_destroy: list[Callable[[Sandbox], None]] = []
@@ -301,7 +305,9 @@ class SandboxStore:
                 network_allow_list=body.get("networkAllowList")
                 if isinstance(body.get("networkAllowList"), str)
                 else None,
+                ordinal=self._created + 1,
             )
+            self._created += 1
             self.mark_activity(sandbox)
             if self._fail_next:
                 state, reason = self._fail_next.pop(0)
@@ -472,6 +478,7 @@ class SandboxStore:
             for sandbox in list(self._sandboxes.values()):
                 self._destroy_locked(sandbox)
             self.alive_high_water = 0
+            self._created = 0
             self._fail_next.clear()
 
     def close(self) -> None:

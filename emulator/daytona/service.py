@@ -652,7 +652,9 @@ class DaytonaService:
             follow = websocket.query_params.get("follow") == "true"
             return await stream_log(websocket, session, command, follow, combined)
 
-        await self.gate.handle_ws("daytona.toolbox.session.logs", websocket, serve)
+        await self.gate.handle_ws(
+            "daytona.toolbox.session.logs", websocket, serve, identity=self.ws_identity(websocket)
+        )
 
     # ------------------------------------------------------------------ interpreter WebSocket
 
@@ -701,7 +703,31 @@ class DaytonaService:
 
         # An injected latency: the handshake is answered and the request read during the wait; the code starts at
         # its end (see _interpret).
-        await self.gate.handle_ws(ROUTE_INTERPRETER, websocket, serve, ready_in_latency=True)
+        identity = self.ws_identity(websocket)
+        await self.gate.handle_ws(ROUTE_INTERPRETER, websocket, serve, ready_in_latency=True, identity=identity)
+
+    def ws_identity(self, websocket: WebSocket) -> str:
+        """The WebSocket's path with the random ids this emulator made replaced by stable ones, for its fault key.
+
+        The sandbox's id (a uuid4) becomes its name when the client named it, else ``#n``, its creation ordinal since
+        the last reset; a session command's id (a uuid4 too) becomes ``#n``, its place in the session. Two runs that
+        create their sandboxes and commands in the same order then give the same request the same key, so the same
+        plan and seed decide alike and a decision log replays. Ids that name nothing stay as they are."""
+        params = websocket.path_params
+        sid = params["sid"]
+        parts = websocket.url.path.split("/")
+        sandbox = self.store.find(sid)
+        if sandbox is None:
+            return websocket.url.path
+        stable = sandbox.name if sandbox.name != sandbox.id else f"#{sandbox.ordinal}"
+        parts = [stable if part == sid else part for part in parts]
+        command = params.get("command")
+        if command is not None:
+            session = self.toolbox.sessions(sandbox).get(params.get("session", ""))
+            ids = list(session.commands) if session is not None else []
+            if command in ids:
+                parts = [f"#{ids.index(command) + 1}" if part == command else part for part in parts]
+        return "/".join(parts)
 
     async def _interpret(
         self, websocket: WebSocket, context: Context, code: str, envs: dict[str, str], timeout: float
