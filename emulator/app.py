@@ -30,6 +30,7 @@ from emulator.executor import Executor, ExecutorConfig
 from emulator.executor.zygote import ZygoteLost
 from emulator.faults import Clock, FaultEngine, FaultPlan, FaultPlanError, RealClock, load_plan, profile_names
 from emulator.faults.replay import ReplayEngine
+from emulator.faults.strict_load import DuplicateKeyError, json_loads_unique
 from emulator.fd_limit import raise_open_file_limit
 from emulator.gate import FaultGate
 from emulator.journal import Journal
@@ -239,9 +240,11 @@ class Emulator:
                 return json_response({"error": _REPLAYING}, status=409)
             raw = await request.body()
             try:
-                data = json.loads(raw) if raw.strip() else None
+                data = json_loads_unique(raw) if raw.strip() else None
             except json.JSONDecodeError as exc:
                 return json_response({"error": f"fault plan is not valid JSON: {exc}"}, status=400)
+            except DuplicateKeyError as exc:  # json.loads would keep the last of the two silently
+                return json_response({"error": f"fault plan has a {exc}"}, status=400)
             spec: PlanSpec = data["profile"] if isinstance(data, dict) and set(data) == {"profile"} else data
             if spec is None:  # an empty body, null: more likely a mistake than a wish to drop every fault
                 return json_response(

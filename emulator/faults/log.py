@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import FaultPlanError
+from .strict_load import DuplicateKeyError, json_loads_unique
 
 __all__ = ["DecisionLog", "dump_jsonl", "load_jsonl"]
 
@@ -95,9 +96,11 @@ def load_jsonl(path: str | Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = json_loads_unique(line)
         except json.JSONDecodeError as exc:
             raise FaultPlanError(f"{p}:{n}", f"not valid JSON: {exc}") from None
+        except DuplicateKeyError as exc:  # which of the two a replay would use is a guess
+            raise FaultPlanError(f"{p}:{n}", str(exc)) from None
         if not isinstance(obj, dict):
             raise FaultPlanError(f"{p}:{n}", "expected a JSON object per line")
         out.append(obj)

@@ -8,7 +8,6 @@ hashable and safe to share between threads.
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -16,8 +15,6 @@ from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Literal, cast
-
-import yaml
 
 from .errors import DelayTooLongError, FaultPlanError
 from .latency import (
@@ -29,6 +26,7 @@ from .latency import (
     RampLatency,
     UniformLatency,
 )
+from .strict_load import load_json, load_yaml
 
 __all__ = [
     "FAULT_KINDS",
@@ -316,13 +314,14 @@ class FaultPlan:
 
     @classmethod
     def from_yaml(cls, text: str) -> FaultPlan:
-        """Parse YAML (or JSON, a YAML subset) text."""
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise FaultPlanError("<yaml>", f"not valid YAML: {exc}") from None
+        """Parse YAML (or JSON, a YAML subset) text; a key twice in one mapping is an error, not the last one kept."""
+        return cls._from_yaml(text, "<yaml>")
+
+    @classmethod
+    def _from_yaml(cls, text: str, where: str) -> FaultPlan:
+        data = load_yaml(text, where)
         if data is None:
-            raise FaultPlanError("<yaml>", _EMPTY_PLAN)
+            raise FaultPlanError(where, _EMPTY_PLAN)
         return _parse_plan(data)
 
     @classmethod
@@ -338,16 +337,16 @@ class FaultPlan:
         except OSError as exc:
             raise FaultPlanError(str(p), f"cannot read plan file: {exc}") from None
         if p.suffix.lower() == ".json":
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise FaultPlanError(str(p), f"not valid JSON: {exc}") from None
+            data = load_json(text, str(p))
             if data is None:
                 raise FaultPlanError(str(p), _EMPTY_PLAN)
-            return _parse_plan(data)
+        else:
+            data = load_yaml(text, str(p))
+            if data is None:
+                raise FaultPlanError(str(p), _EMPTY_PLAN)
         try:
-            return cls.from_yaml(text)
-        except FaultPlanError as exc:
+            return _parse_plan(data)
+        except FaultPlanError as exc:  # the file, then the key: one line that says where, whatever the format
             raise FaultPlanError(f"{p}:{exc.path}", exc.message) from None
 
     def to_dict(self) -> dict[str, Any]:

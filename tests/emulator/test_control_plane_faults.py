@@ -40,6 +40,17 @@ def test_a_refused_plan_is_a_400_and_the_old_plan_stays(
     assert [rule["id"] for rule in requests.get(url, timeout=10).json()["rules"]] == ["gw"]
 
 
+def test_a_plan_with_a_key_twice_is_a_400(sandbox_emulator: EmulatorServer) -> None:
+    """json.loads kept the last of two equal keys: the first rule's fault was dropped without a word."""
+    url = sandbox_emulator.url + "/_emulator/faults"
+    requests.put(url, json=PLAN, timeout=10)
+    body = '{"rules": [{"route": "sandbox_fusion.run_code", "fault": 503, "fault": 504}]}'
+    refused = requests.put(url, data=body, headers={"Content-Type": "application/json"}, timeout=10)
+    assert refused.status_code == 400
+    assert refused.json() == {"error": "fault plan has a duplicate key 'fault' in rules[0]"}
+    assert [rule["id"] for rule in requests.get(url, timeout=10).json()["rules"]] == ["gw"]
+
+
 def test_a_route_glob_that_matches_nothing_is_refused_in_process() -> None:
     with pytest.raises(FaultPlanError, match=r"rules\[1\]\.route: 'sandbox_fusion\.runcode' matches no route"):
         Emulator(
