@@ -414,7 +414,7 @@ def _int(value: object, path: str, minimum: int | None = None, maximum: int | No
 
 
 #: A number with an exponent that PyYAML leaves a string (no dot, or no sign): ``1e9``, ``2.5e3``.
-_YAML_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+_YAML_EXPONENT = re.compile(r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+")
 
 
 def _number(value: object, path: str, *, minimum: float = 0.0, positive: bool = False) -> float:
@@ -451,12 +451,31 @@ def _str(value: object, path: str, *, nonempty: bool = True) -> str:
     return value
 
 
-def _status(value: object, path: str) -> int:
-    if isinstance(value, str) and value.isdigit():
+#: A status written as text: three ASCII digits ("503"; not "0503", nor another script's digits, which int() reads).
+_STATUS_TEXT = re.compile(r"[1-9][0-9]{2}")
+
+#: Statuses whose answer has no body (RFC 9110 §15.3.5, §15.4.5): a fault's answer always has one, and the server
+#: fails sending it.
+_BODYLESS_STATUSES = (204, 304)
+
+
+def check_status(value: object, path: str) -> int:
+    """An HTTP status a fault may answer with: 200-599 but 204 and 304.
+
+    A 1xx is an interim answer, not a response: 100 left the client waiting for the real one, 101 switched protocols
+    and broke the connection."""
+    if isinstance(value, str) and _STATUS_TEXT.fullmatch(value):
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 100 <= value <= 599:
-        raise _fail(path, "an HTTP status code 100-599", value)
+        raise _fail(path, "an HTTP status code 200-599", value)
+    if value < 200:
+        raise FaultPlanError(path, f"expected an HTTP status code 200-599, got {value} (a 1xx is an interim answer)")
+    if value in _BODYLESS_STATUSES:
+        raise FaultPlanError(path, f"a fault's answer has a body, which a {value} answer cannot carry")
     return value
+
+
+_status = check_status
 
 
 def _flag_options(value: object, path: str) -> Mapping[str, Any]:
@@ -470,7 +489,8 @@ def _flag_options(value: object, path: str) -> Mapping[str, Any]:
 
 # --------------------------------------------------------------------------- ranges
 
-_RANGE_RE = re.compile(r"^\s*(\d+)\s*(?:(-)\s*(\d+)?)?\s*$")
+#: ASCII digits only: ``\d`` and ``int()`` also read other scripts' digits (an Arabic-Indic one as 1).
+_RANGE_RE = re.compile(r"^\s*([0-9]+)\s*(?:(-)\s*([0-9]+)?)?\s*$", re.ASCII)
 
 
 def _one_range(value: object, path: str) -> IntRange:
@@ -632,12 +652,35 @@ def _probability(value: object, path: str) -> float:
 _COMMON_FAULT_KEYS = ("body", "headers")
 
 
+#: RFC 9110 §5.6.2 token: what a header name is made of (uvicorn and h11 refuse anything else, and the client got an
+#: empty reply).
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_TOKEN_CHARS = "letters, digits and !#$%&'*+-.^_`|~"
+
+#: A header value the server sends as written: Latin-1 text without control characters (a tab inside is allowed) and
+#: without spaces at its ends. A CR or LF gave an empty reply, a character beyond Latin-1 a 500.
+_HEADER_VALUE = re.compile(r"(?:[\x21-\x7e\x80-\xff](?:[\t\x20-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?)?")
+
+
+def check_header(name: str, value: str, path: str) -> None:
+    """Refuse a header the server cannot send as written; ``path`` names it in the error."""
+    if not _TOKEN.fullmatch(name):
+        raise FaultPlanError(path, f"a header name is a token ({_TOKEN_CHARS}), got {name!r}")
+    if not _HEADER_VALUE.fullmatch(value):
+        raise FaultPlanError(
+            path,
+            "a header value is Latin-1 text without control characters (CR, LF...) or spaces at its ends, "
+            f"got {value_repr(value)}",
+        )
+
+
 def _headers(value: object, path: str) -> tuple[tuple[str, str], ...]:
     m = _mapping(value, path)
     out: list[tuple[str, str]] = []
     for k, v in m.items():
         if isinstance(v, bool) or not isinstance(v, (str, int, float)):
             raise _fail(f"{path}.{k}", "a string or number header value", v)
+        check_header(k, str(v), f"{path}.{k}")
         out.append((k, str(v)))
     return tuple(out)
 
@@ -646,7 +689,7 @@ def _parse_fault(value: object, path: str) -> FaultSpec:
     if isinstance(value, int) and not isinstance(value, bool):
         return FaultSpec("status", status=_status(value, path))
     if isinstance(value, str):
-        if value.isdigit():
+        if value.isascii() and value.isdigit():
             return FaultSpec("status", status=_status(value, path))
         if value in ("reset", "truncate", "malformed", "sandbox_error", "null_stdout"):
             return FaultSpec(cast(FaultKind, value))
@@ -673,7 +716,7 @@ def _parse_fault(value: object, path: str) -> FaultSpec:
     arg = m[kind]
     sub = f"{path}.{kind}"
     if kind == "status":
-        retry_after = None if m.get("retry_after") is None else _number(m["retry_after"], f"{path}.retry_after")
+        retry_after = None if m.get("retry_after") is None else _delay(m["retry_after"], f"{path}.retry_after")
         return FaultSpec("status", status=_status(arg, sub), retry_after=retry_after, body=body, headers=headers)
     if kind == "hang":
         if isinstance(arg, (int, float)) and not isinstance(arg, bool):
@@ -683,7 +726,12 @@ def _parse_fault(value: object, path: str) -> FaultSpec:
         seconds = _delay(am["seconds"], f"{sub}.seconds")
         then = am.get("then", 504)
         if then == "reset":
-            return FaultSpec("hang", hang_seconds=seconds, then_reset=True, body=body, headers=headers)
+            for ignored in _COMMON_FAULT_KEYS:
+                if m.get(ignored) is not None:
+                    raise FaultPlanError(
+                        f"{path}.{ignored}", f"a hang that ends in a reset sends no answer, so no {ignored}"
+                    )
+            return FaultSpec("hang", hang_seconds=seconds, then_reset=True)
         try:
             status = _status(then, f"{sub}.then")
         except FaultPlanError:
@@ -758,6 +806,9 @@ def _headers_style(value: object, path: str) -> HeadersStyle:
     return value
 
 
+#: The slowest token bucket: one token a day.
+_MIN_RATE = 1.0 / MAX_DELAY_S
+
 _LIMIT_KINDS = (
     "'max_in_flight' (concurrency cap), 'rate' and 'burst' (token bucket) or 'max_requests' and 'per' (fixed window)"
 )
@@ -780,9 +831,15 @@ def _parse_limit(value: object, index: int, path: str) -> Limit:
     name = _str(m["name"], f"{path}.name") if m.get("name") is not None else f"limit{index}"
     route = _route(m.get("route", "*"), f"{path}.route")
     style = _headers_style(m.get("headers_style", "retry-after"), f"{path}.headers_style")
+    if style == "daytona" and not _TOKEN.fullmatch(name):
+        raise FaultPlanError(
+            f"{path}.name",
+            f"with headers_style daytona the name ends header names (X-RateLimit-Limit-{{name}}), so it is a token "
+            f"({_TOKEN_CHARS}), got {name!r}",
+        )
     if is_cap:
         _check_keys(m, ("name", "route", "max_in_flight", "headers_style", "retry_after"), path)
-        retry_after = 1.0 if m.get("retry_after") is None else _number(m["retry_after"], f"{path}.retry_after")
+        retry_after = 1.0 if m.get("retry_after") is None else _delay(m["retry_after"], f"{path}.retry_after")
         cap = _int(m["max_in_flight"], f"{path}.max_in_flight", minimum=0)
         return ConcurrencyLimit(name, route, cap, style, retry_after)
     if is_window:
@@ -790,9 +847,12 @@ def _parse_limit(value: object, index: int, path: str) -> Limit:
             m, ("name", "route", "max_requests", "per", "headers_style"), path, required=("max_requests", "per")
         )
         max_requests = _int(m["max_requests"], f"{path}.max_requests", minimum=1)
-        return WindowLimit(name, route, max_requests, _number(m["per"], f"{path}.per", positive=True), style)
+        # A refusal waits out the rest of the window: no longer than any other delay.
+        return WindowLimit(name, route, max_requests, _delay(m["per"], f"{path}.per", positive=True), style)
     _check_keys(m, ("name", "route", "rate", "burst", "headers_style"), path, required=("rate", "burst"))
     rate = _number(m["rate"], f"{path}.rate", positive=True)
+    if rate < _MIN_RATE:  # a refusal's wait for the next token, 1/rate, would be beyond a day (or infinite)
+        raise FaultPlanError(f"{path}.rate", f"expected at least one token a day (>= 1/{MAX_DELAY_S:g}), got {rate:g}")
     burst = _int(m["burst"], f"{path}.burst", minimum=1)
     return TokenBucketLimit(name, route, rate, burst, style)
 
