@@ -137,7 +137,7 @@ def _load_replay(path: Path) -> DecisionLog:
     try:
         ReplayEngine(log)  # every record must be a decision
     except FaultPlanError as exc:
-        raise pytest.UsageError(f"--chaos-replay: {path}: not a decision log: {exc.message}") from None
+        raise pytest.UsageError(f"--chaos-replay: {path}: not a decision log: {exc}") from None
     if not len(log):
         raise pytest.UsageError(
             f"--chaos-replay: {path} holds no decisions (a failing test's log has one per emulator request)"

@@ -13,7 +13,7 @@ from typing import Any, Literal, cast
 
 from .bodies import JSON_CONTENT_TYPE, MALFORMED_JSON_BODY, default_status_response, sandbox_error_body
 from .errors import FaultPlanError
-from .plan import FAULT_KINDS, FaultKind, FaultSpec
+from .plan import FAULT_KINDS, FaultKind, FaultSpec, _delay, _int, _number, check_header, check_status, value_repr
 
 __all__ = ["ActionKind", "Admission", "Decision", "FaultAction", "resolve_fault"]
 
@@ -79,25 +79,73 @@ class FaultAction:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> FaultAction:
-        """Inverse of ``to_dict``; raises ``FaultPlanError`` on a damaged record."""
-        kind = data.get("kind")
+    def from_dict(cls, data: object, path: str = "action") -> FaultAction:
+        """Inverse of ``to_dict``; a damaged record (a wrong type, a value no plan could make) raises
+        ``FaultPlanError`` naming the field, so a replay never answers with what the engine would not."""
+        m = _record_mapping(data, path)
+        kind = m.get("kind")
         if kind not in _ACTION_KINDS:
-            raise FaultPlanError("action.kind", f"unknown action kind {kind!r}")
-        try:
-            return cls(
-                kind=cast(ActionKind, kind),
-                status=None if data.get("status") is None else int(data["status"]),
-                headers=tuple((str(k), str(v)) for k, v in data.get("headers") or ()),
-                body=data.get("body"),
-                hang_seconds=float(data.get("hang_seconds", 0.0)),
-                then_reset=bool(data.get("then_reset", False)),
-                keep_fraction=float(data.get("keep_fraction", 0.5)),
-                retry_after=None if data.get("retry_after") is None else float(data["retry_after"]),
-                limit=data.get("limit"),
-            )
-        except (TypeError, ValueError) as exc:
-            raise FaultPlanError("action", f"malformed action record: {exc}") from None
+            raise FaultPlanError(f"{path}.kind", f"unknown action kind {value_repr(kind)}")
+        status = m.get("status")
+        return cls(
+            kind=cast(ActionKind, kind),
+            status=None if status is None else _strict_status(status, f"{path}.status"),
+            headers=_record_headers(m.get("headers"), f"{path}.headers"),
+            body=_optional_str(m.get("body"), f"{path}.body"),
+            hang_seconds=_delay(m.get("hang_seconds", 0.0), f"{path}.hang_seconds"),
+            then_reset=_bool(m.get("then_reset", False), f"{path}.then_reset"),
+            keep_fraction=_fraction(m.get("keep_fraction", 0.5), f"{path}.keep_fraction"),
+            retry_after=None if m.get("retry_after") is None else _delay(m["retry_after"], f"{path}.retry_after"),
+            limit=_optional_str(m.get("limit"), f"{path}.limit"),
+        )
+
+
+# --------------------------------------------------------------------------- record fields, checked as a plan's
+
+
+def _record_mapping(value: object, path: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise FaultPlanError(path, f"expected a mapping, got {type(value).__name__} {value_repr(value)}")
+    return cast(Mapping[str, Any], value)
+
+
+def _strict_status(value: object, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FaultPlanError(path, f"expected an HTTP status code, got {value_repr(value)}")
+    return check_status(value, path)
+
+
+def _optional_str(value: object, path: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise FaultPlanError(path, f"expected a string or null, got {value_repr(value)}")
+    return value
+
+
+def _bool(value: object, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise FaultPlanError(path, f"expected true or false, got {value_repr(value)}")
+    return value
+
+
+def _fraction(value: object, path: str) -> float:
+    f = _number(value, path)
+    if f >= 1.0:
+        raise FaultPlanError(path, f"expected a fraction in [0, 1), got {f}")
+    return f
+
+
+def _record_headers(value: object, path: str) -> Headers:
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple):
+        raise FaultPlanError(path, f"expected a list of [name, value] pairs, got {value_repr(value)}")
+    out: list[tuple[str, str]] = []
+    for i, pair in enumerate(value):
+        if not (isinstance(pair, list | tuple) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+            raise FaultPlanError(f"{path}[{i}]", f"expected a [name, value] pair of strings, got {value_repr(pair)}")
+        check_header(pair[0], pair[1], f"{path}[{i}]")
+        out.append((pair[0], pair[1]))
+    return tuple(out)
 
 
 def retry_after_header(seconds: float) -> str:
@@ -248,26 +296,36 @@ class Decision:
         }
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> Decision:
-        """Inverse of ``to_record`` (the admission is not part of a record)."""
-        try:
-            action_data = record.get("action")
-            return cls(
-                route=str(record["route"]),
-                key=str(record["key"]),
-                attempt=int(record["attempt"]),
-                ordinal=int(record["ordinal"]),
-                latency=float(record.get("latency", 0.0)),
-                action=None if action_data is None else FaultAction.from_dict(action_data),
-                rule_id=record.get("rule_id"),
-                rules_fired=tuple(record.get("rules") or ()),
-                refused=bool(record.get("refused", False)),
-                limit=record.get("limit"),
-                limit_headers=tuple((str(k), str(v)) for k, v in record.get("limit_headers") or ()),
-                time=float(record.get("time", 0.0)),
-                load=tuple((str(k), int(v)) for k, v in (record.get("load") or {}).items()),
-            )
-        except KeyError as exc:
-            raise FaultPlanError("record", f"decision record lacks {exc.args[0]!r}") from None
-        except (TypeError, ValueError) as exc:
-            raise FaultPlanError("record", f"malformed decision record: {exc}") from None
+    def from_record(cls, record: object) -> Decision:
+        """Inverse of ``to_record`` (the admission is not part of a record). A missing key, a wrong type or a value
+        beyond a plan's bounds raises ``FaultPlanError`` naming the field (``latency``, ``action.kind``)."""
+        m = _record_mapping(record, "record")
+        for required in ("route", "key", "attempt", "ordinal"):
+            if required not in m:
+                raise FaultPlanError(required, "required key is missing")
+        route, key = m["route"], m["key"]
+        for name, text in (("route", route), ("key", key)):
+            if not isinstance(text, str):
+                raise FaultPlanError(name, f"expected a string, got {value_repr(text)}")
+        load = m.get("load") or {}
+        if not isinstance(load, Mapping):
+            raise FaultPlanError("load", f"expected a mapping of rule ids to counts, got {value_repr(load)}")
+        rules = m.get("rules") or []
+        if not isinstance(rules, list | tuple) or not all(isinstance(r, str) for r in rules):
+            raise FaultPlanError("rules", f"expected a list of rule ids, got {value_repr(rules)}")
+        action = m.get("action")
+        return cls(
+            route=route,
+            key=key,
+            attempt=_int(m["attempt"], "attempt", minimum=1),
+            ordinal=_int(m["ordinal"], "ordinal", minimum=1),
+            latency=_delay(m.get("latency", 0.0), "latency"),
+            action=None if action is None else FaultAction.from_dict(action),
+            rule_id=_optional_str(m.get("rule_id"), "rule_id"),
+            rules_fired=tuple(rules),
+            refused=_bool(m.get("refused", False), "refused"),
+            limit=_optional_str(m.get("limit"), "limit"),
+            limit_headers=_record_headers(m.get("limit_headers"), "limit_headers"),
+            time=_number(m.get("time", 0.0), "time"),
+            load=tuple((str(k), _int(v, f"load.{k}", minimum=0)) for k, v in load.items()),
+        )

@@ -14,7 +14,7 @@ from typing import Any
 
 from .clock import Clock, RealClock
 from .decision import Admission, Decision
-from .errors import ReplayMissError
+from .errors import FaultPlanError, ReplayMissError
 from .log import DecisionLog, load_jsonl
 
 __all__ = ["ReplayEngine"]
@@ -42,8 +42,11 @@ class ReplayEngine:
         else:
             records = [dict(r) for r in log]
         self._decisions: dict[tuple[str, str, int], Decision] = {}
-        for r in records:
-            d = Decision.from_record(r)
+        for n, r in enumerate(records, start=1):
+            try:
+                d = Decision.from_record(r)
+            except FaultPlanError as exc:  # which record: a log is read as a whole
+                raise FaultPlanError(f"record {n}: {exc.path}", exc.message) from None
             self._decisions.setdefault((d.route, d.key, d.attempt), d)
         self.strict = strict
         self.clock: Clock = clock if clock is not None else RealClock()

@@ -59,11 +59,20 @@ def test_a_good_log_dir_is_not_created_until_a_test_fails(pytester: pytest.Pytes
         ),
         (b"[1, 2]\n", ":1: expected a JSON object per line"),
         (b"\xff\xfe\x00junk\n", ": not a decision log (not UTF-8 text: invalid start byte)"),
-        (b'{"kind": "pass"}\n', ": not a decision log: decision record lacks 'route'"),
+        (b'{"kind": "pass"}\n', ": not a decision log: record 1: route: required key is missing"),
+        (
+            b'{"route": "r", "key": "k", "attempt": 1, "ordinal": 1}\n'
+            b'{"route": "r", "key": "k", "attempt": 2, "ordinal": 2, "load": [1]}\n',
+            ": not a decision log: record 2: load: expected a mapping of rule ids to counts, got [1]",
+        ),
+        (
+            b'{"route": "r", "key": "k", "attempt": 1, "ordinal": 1, "action": "status"}\n',
+            ": not a decision log: record 1: action: expected a mapping, got str 'status'",
+        ),
         (b"", " holds no decisions (a failing test's log has one per emulator request)"),
         (b"\n  \n", " holds no decisions (a failing test's log has one per emulator request)"),
     ],
-    ids=["broken-json", "json-list", "not-utf8", "not-a-decision", "empty", "blank-lines"],
+    ids=["broken-json", "json-list", "not-utf8", "not-a-decision", "load-list", "action-text", "empty", "blank-lines"],
 )
 def test_a_replay_log_that_cannot_be_replayed_is_a_usage_error(
     pytester: pytest.Pytester, content: bytes, says: str

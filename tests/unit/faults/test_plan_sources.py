@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator.faults import FaultPlan, FaultPlanError
+from emulator.faults import Decision, FaultEngine, FaultPlan, FaultPlanError, ManualClock
 from emulator.faults.log import load_jsonl
+from emulator.faults.replay import ReplayEngine
 
 
 def _error(call: object) -> str:
@@ -68,3 +69,59 @@ def test_json_plan_file_errors_name_the_file(tmp_path: Path) -> None:
     yaml_path = tmp_path / "p.yaml"
     yaml_path.write_text("rules:\n  - fault: {status: 9}\n")
     assert _error(lambda: FaultPlan.from_file(yaml_path)).startswith(f"{yaml_path}:rules[0].fault.status: expected")
+
+
+GOOD_RECORD = {"route": "sandbox_fusion.run_code", "key": "k", "attempt": 1, "ordinal": 1}
+HANG = {"kind": "hang", "status": 504, "hang_seconds": 1.0}
+
+BAD_RECORDS: list[tuple[str, dict[str, object], str]] = [
+    ("load as a list", {"load": [1]}, "load"),  # was AttributeError: 'list' object has no attribute 'items'
+    ("action as text", {"action": "status"}, "action"),  # was AttributeError: 'str' object has no attribute 'get'
+    ("a hang of 1e12 s", {"action": {**HANG, "hang_seconds": 1e12}}, "action.hang_seconds"),
+    ("a negative latency", {"latency": -5}, "latency"),
+    ("latency as text", {"latency": "nan"}, "latency"),
+    ("a NaN latency", {"latency": float("nan")}, "latency"),
+    ("attempt 0", {"attempt": 0}, "attempt"),
+    ("attempt as text", {"attempt": "1"}, "attempt"),
+    ("key as a number", {"key": 5}, "key"),
+    ("a 101", {"action": {"kind": "status", "status": 101}}, "action.status"),
+    ("a header with CR LF", {"action": {"kind": "status", "status": 503, "headers": [["X", "a\r\nb"]]}}, "headers[0]"),
+    ("a header not a pair", {"limit_headers": [["X-A"]]}, "limit_headers[0]"),
+    ("then_reset as text", {"action": {**HANG, "then_reset": "no"}}, "action.then_reset"),
+    ("keep_fraction 1", {"action": {"kind": "truncate", "keep_fraction": 1.0}}, "action.keep_fraction"),
+    ("body as a number", {"action": {"kind": "malformed", "status": 200, "body": 5}}, "action.body"),
+    ("rules as text", {"rules": "r0"}, "rules"),
+    ("a load below 0", {"load": {"r0": -1}}, "load.r0"),
+    ("a retry_after of 1e300", {"action": {"kind": "status", "status": 429, "retry_after": 1e300}}, "retry_after"),
+]
+
+
+@pytest.mark.parametrize(("change", "path"), [(c, p) for _, c, p in BAD_RECORDS], ids=[n for n, _, _ in BAD_RECORDS])
+def test_a_decision_record_with_a_wrong_field_is_refused_naming_it(change: dict[str, object], path: str) -> None:
+    """The plugin's --chaos-replay catches FaultPlanError only: a wrong type gave a traceback, and values beyond a
+    plan's bounds (a hang of 1e12 s) were replayed."""
+    with pytest.raises(FaultPlanError) as caught:
+        ReplayEngine([GOOD_RECORD, {**GOOD_RECORD, "attempt": 2, "ordinal": 2, **change}])
+    assert caught.value.path.startswith("record 2: ") and caught.value.path.endswith(path)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_decision_record_written_by_the_engine_reads_back_equal() -> None:
+    engine = FaultEngine(
+        FaultPlan.from_dict(
+            {
+                "rules": [
+                    {"route": "sandbox_fusion.ping", "fault": {"hang": {"seconds": 2, "then": 503}}},
+                    {"route": "sandbox_fusion.run_code", "latency": 0.5, "fault": {"status": 429, "retry_after": 3}},
+                ],
+                "limits": [
+                    {"name": "w", "route": "daytona.*", "max_requests": 1, "per": 60, "headers_style": "daytona"}
+                ],
+            }
+        ),
+        ManualClock(),
+    )
+    decisions = [engine.decide(route, "k") for route in ("sandbox_fusion.ping", "sandbox_fusion.run_code")]
+    decisions += [engine.decide("daytona.sandbox.create", "k") for _ in range(2)]
+    for decision in decisions:
+        assert Decision.from_record(json.loads(json.dumps(decision.to_record()))) == decision
