@@ -115,8 +115,10 @@ class Emulator:
         return isinstance(self.engine, ReplayEngine)
 
     def set_faults(self, faults: PlanSpec) -> FaultPlan:
-        """Replace the fault plan (counters restart, so decisions replay from the start). During a replay there is no
-        plan to replace: ``RuntimeError``."""
+        """Replace the fault plan. Attempts, arrival ordinals, the decision log, plan time and the state of the limits
+        the new plan keeps unchanged go on (``reset`` clears them): a plan changed in the middle of a run goes on from
+        where the run is, as the chaos searches that add a rule between calls need. During a replay there is no plan
+        to replace: ``RuntimeError``."""
         if self.replaying:
             raise RuntimeError(_REPLAYING)
         plan = _to_plan(faults)

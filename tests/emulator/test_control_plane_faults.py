@@ -82,3 +82,23 @@ def test_during_a_replay_there_is_no_plan_to_show_or_replace() -> None:
     assert health.status_code == 200
     with pytest.raises(RuntimeError, match="replays a decision log"):
         emulator.set_faults({"rules": []})
+
+
+def test_a_replaced_plan_goes_on_from_where_the_run_is(sandbox_emulator: EmulatorServer) -> None:
+    """set_faults and PUT /_emulator/faults keep attempts, ordinals, the log and plan time (the docs said counters
+    restarted): a rule added mid-run by the chaos searches sees the run's next attempt, and reset restarts them."""
+    emulator, ping = sandbox_emulator.emulator, sandbox_emulator.url + "/v1/ping"
+    headers = {"X-Emulator-Key": "one"}
+    assert requests.get(ping, headers=headers, timeout=10).status_code == 200
+    started = emulator.engine.plan_time()
+    emulator.set_faults({"rules": [{"route": "sandbox_fusion.ping", "attempts": "2", "fault": 503}]})
+    assert requests.get(ping, headers=headers, timeout=10).status_code == 503  # attempt 2, not a fresh attempt 1
+    url = sandbox_emulator.url + "/_emulator/faults"
+    assert requests.put(url, json={"rules": [{"route": "sandbox_fusion.ping", "attempts": "3", "fault": 502}]}).ok
+    assert requests.get(ping, headers=headers, timeout=10).status_code == 502
+    records = requests.get(sandbox_emulator.url + "/_emulator/decisions", timeout=10).json()
+    assert [(r["attempt"], r["ordinal"], r["status"]) for r in records] == [(1, 1, None), (2, 2, 503), (3, 3, 502)]
+    assert emulator.engine.plan_time() >= started
+    requests.post(sandbox_emulator.url + "/_emulator/reset", timeout=10)
+    assert requests.get(ping, headers=headers, timeout=10).status_code == 200  # attempt 1 again
+    assert [r["attempt"] for r in requests.get(sandbox_emulator.url + "/_emulator/decisions", timeout=10).json()] == [1]
