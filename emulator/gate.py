@@ -11,6 +11,8 @@ import hashlib
 import json
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
+from email.utils import formatdate
+from http import HTTPStatus
 from typing import Any
 
 from starlette.requests import Request
@@ -65,31 +67,48 @@ class ResetResponse(Response):
 
 
 class TruncatedResponse(Response):
-    """Announces the full Content-Length but sends only part of the body, then closes."""
+    """Announces the full Content-Length but sends only part of the body, then closes.
+
+    Its head is written by hand (the server would not send a body shorter than its length) and is that of any other
+    answer: the status's own reason phrase, ``date`` and ``server`` as uvicorn sends them, the fault's headers and
+    whatever is added to ``headers`` afterwards (the gate's rate-limit headers)."""
 
     def __init__(self, status: int, body: bytes, keep_fraction: float, headers: dict[str, str]) -> None:
-        super().__init__(b"", status_code=status)
+        super().__init__(b"", status_code=status, headers=headers)
         self._full = body
         self._keep = int(len(body) * keep_fraction)
         if body and self._keep >= len(body):
             self._keep = len(body) - 1
-        self._extra_headers = headers
+
+    def head(self) -> bytes:
+        """The status line and headers, as sent."""
+        try:
+            reason = HTTPStatus(self.status_code).phrase
+        except ValueError:  # a code without a name: uvicorn sends no phrase either
+            reason = ""
+        lines = [f"HTTP/1.1 {self.status_code} {reason}", f"date: {formatdate(usegmt=True)}", "server: uvicorn"]
+        lines.append(f"content-length: {len(self._full)}")
+        lines += [
+            f"{k.decode('latin-1')}: {v.decode('latin-1')}" for k, v in self.raw_headers if k != b"content-length"
+        ]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        lines = [f"HTTP/1.1 {self.status_code} OK", "server: uvicorn", f"content-length: {len(self._full)}"]
-        lines += [f"{k}: {v}" for k, v in self._extra_headers.items() if k.lower() != "content-length"]
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        transport.write_then_close(dict(scope), head + self._full[: self._keep])
+        transport.write_then_close(dict(scope), self.head() + self._full[: self._keep])
 
 
 def _action_response(action: FaultAction, extra_headers: dict[str, str], where: tuple[str, str, str]) -> Response:
-    """The answer of a fault that does not run the request; ``where`` is (route, path, method) of the request."""
+    """The answer of a fault that does not run the request; ``where`` is (route, path, method) of the request.
+
+    Its Content-Type goes out exactly as the fault declares it (or a plan's ``headers`` override it): given as the
+    framework's ``media_type`` it would get ``; charset=utf-8`` added to a ``text/`` type."""
     headers = action.header_dict()
-    media = headers.pop("Content-Type", None) or headers.pop("content-type", None) or "application/json"
+    if not any(name.lower() == "content-type" for name in headers):
+        headers["Content-Type"] = "application/json"
     headers.update(extra_headers)
     status = action.status or 500
     body = with_request_fields(action.body or "", status, *where).encode()
-    return Response(body, status_code=status, headers=headers, media_type=media)
+    return Response(body, status_code=status, headers=headers)
 
 
 class FaultGate:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import cast
 
 import aiohttp
@@ -89,3 +90,57 @@ def test_two_fresh_emulators_with_one_plan_decide_alike_on_a_websocket() -> None
     assert {kind for _, _, kind in first} == {"pass", "status"}  # the coin fell both ways: the keys were compared
     assert first[-1][0] != first[0][0]
     assert {key for key, _, _ in _ws_decisions("pinned")} == {"pinned"}  # X-Emulator-Key still wins
+
+
+def _raw_get(server: EmulatorServer, path: str) -> bytes:
+    """Everything the server sends for one GET, until it closes the connection."""
+    with socket.create_connection((server.url.split("//")[1].split(":")[0], server.port), timeout=10) as sock:
+        sock.sendall(
+            f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {DEFAULT_API_KEY}\r\n\r\n".encode("latin-1")
+        )
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_a_truncated_answer_has_the_head_of_any_other() -> None:
+    """The truncated head said "OK" whatever its status, had no date, and lost the decision's rate-limit headers."""
+    plan = {
+        "rules": [{"route": "daytona.sandbox.get", "fault": {"truncate": {"keep_fraction": 0.5}}}],
+        "limits": [
+            {"name": "w", "route": "daytona.sandbox.get", "max_requests": 5, "per": 60, "headers_style": "daytona"}
+        ],
+    }
+    with EmulatorServer(Emulator(faults=plan)) as server:
+        raw = _raw_get(server, "/api/sandbox/nope")
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {name.lower(): value for name, value in (line.split(": ", 1) for line in lines)}
+    assert status_line == "HTTP/1.1 404 Not Found"
+    assert headers["x-ratelimit-limit-w"] == "5" and headers["x-ratelimit-remaining-w"] == "4"
+    assert headers["date"].endswith(" GMT") and headers["server"] == "uvicorn"
+    assert headers["content-type"] == "application/json"
+    assert 0 < len(body) < int(headers["content-length"])
+
+
+def _post(emulator: Emulator, key: str) -> httpx.Response:
+    async def main() -> httpx.Response:
+        transport = httpx.ASGITransport(app=emulator.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://sandbox") as client:
+            return await client.post("/run_code", json={}, headers={"X-Emulator-Key": key})
+
+    return asyncio.run(main())
+
+
+def test_a_faults_content_type_goes_out_as_declared() -> None:
+    """Given as starlette's media_type, a text/ type got '; charset=utf-8' added, a plan's override too."""
+    rules = [
+        {"route": "sandbox_fusion.run_code", "key": "gw", "fault": 503},
+        {"route": "sandbox_fusion.run_code", "fault": {"status": 500, "headers": {"content-type": "text/plain"}}},
+    ]
+    emulator = Emulator(faults={"rules": rules})
+    gateway = _post(emulator, "gw")
+    assert gateway.status_code == 503 and gateway.headers.get_list("content-type") == ["text/html"]
+    overridden = _post(emulator, "other")
+    assert overridden.status_code == 500 and overridden.headers.get_list("content-type") == ["text/plain"]
