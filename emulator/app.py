@@ -29,6 +29,7 @@ from emulator.daytona.service import DaytonaService
 from emulator.executor import Executor, ExecutorConfig
 from emulator.executor.zygote import ZygoteLost
 from emulator.faults import Clock, FaultEngine, FaultPlan, FaultPlanError, RealClock, load_plan, profile_names
+from emulator.faults.plan import route_matches
 from emulator.faults.replay import ReplayEngine
 from emulator.faults.strict_load import DuplicateKeyError, json_loads_unique
 from emulator.fd_limit import raise_open_file_limit
@@ -342,10 +343,27 @@ def _to_plan(spec: PlanSpec) -> FaultPlan:
 
 def _check_routes(plan: FaultPlan) -> None:
     """Refuse a route glob that matches none of this emulator's routes: a typo (``run_code`` for
-    ``sandbox_fusion.run_code``) would otherwise make its rule or limit a silent no-op."""
+    ``sandbox_fusion.run_code``) would otherwise make its rule or limit a silent no-op; so would a ``null_stdout``
+    rule on routes whose answers have no ``run_result``."""
     for kind, items in (("rules", plan.rules), ("limits", plan.limits)):
         for index, item in enumerate(items):
             for glob in item.route.split("|"):
                 if not any(fnmatchcase(route, glob) for route in ROUTE_NAMES):
                     families = "sandbox_fusion.run_code, sandbox_fusion.run_jupyter, sandbox_fusion.ping, daytona.*"
                     raise FaultPlanError(f"{kind}[{index}].route", f"{glob!r} matches no route (routes: {families})")
+    for index, rule in enumerate(plan.rules):
+        fault = rule.fault
+        if (
+            fault is not None
+            and fault.kind == "null_stdout"
+            and not any(route_matches(route, rule.route) for route in ROUTES_WITH_RUN_RESULT)
+        ):
+            raise FaultPlanError(
+                f"rules[{index}].fault",
+                f"null_stdout empties run_result.stdout, which only {', '.join(ROUTES_WITH_RUN_RESULT)} answers carry; "
+                f"{rule.route!r} matches none of them",
+            )
+
+
+#: The routes whose answers have a ``run_result`` for a ``null_stdout`` fault to change.
+ROUTES_WITH_RUN_RESULT: tuple[str, ...] = (ROUTE_RUN_CODE,)

@@ -190,6 +190,8 @@ class FaultGate:
         arrived = transport.arrived_at(websocket.scope)
         entry.arrived = arrived if isinstance(self.engine.clock, RealClock) else None
         action = decision.action
+        if action is not None and action.kind == "null_stdout":
+            action = None  # a WebSocket's answer has no run_result: nothing to change, and nothing injected
         if action is not None:
             entry.fault = action.kind
             entry.detail["rule"] = decision.rule_id or decision.limit
@@ -293,7 +295,13 @@ class FaultGate:
             if isinstance(run_result, dict):
                 run_result["stdout"] = None
                 response = _json(payload, response.status_code)
-            return response, "fault"
+                return response, "fault"
+            # No run_result (another route, a refused request): the answer is the real one, and the journal says so.
+            entry = _CURRENT_ENTRY.get()
+            if entry is not None:
+                entry.fault = None
+                entry.detail.pop("rule", None)
+            return response, "ok" if response.status_code < 400 else "invalid"
         if action.kind == "hang":
             await self.engine.clock.sleep(action.hang_seconds)
             if action.then_reset:

@@ -12,6 +12,8 @@ import pytest
 import requests
 from sandbox_fusion.models import RunCodeResponse, RunJupyterResponse, RunStatus
 
+from emulator.app import Emulator
+from emulator.faults import FaultPlanError
 from emulator.journal import Journal
 from emulator.server import EmulatorServer
 
@@ -173,6 +175,31 @@ def test_null_stdout_runs_the_code_but_hides_stdout(sandbox_fusion_url: str) -> 
     assert body["run_result"]["return_code"] == 0
     parsed = RunCodeResponse.parse_obj(body)
     assert parsed.run_result is not None and parsed.run_result.stdout is None
+
+
+@pytest.mark.faults({"rules": [{"id": "n", "route": "sandbox_fusion.*", "fault": "null_stdout"}]})
+def test_null_stdout_is_journalled_only_where_it_changed_the_answer(
+    sandbox_fusion_url: str, emulator_journal: Journal
+) -> None:
+    """On a route without run_result (ping), or a request refused before running, the answer is the real one: the
+    journal called it an injected fault."""
+    base = sandbox_fusion_url.removesuffix("/run_code")
+    assert requests.get(base + "/v1/ping", timeout=10).json() == "pong"
+    refused = requests.post(sandbox_fusion_url, json={"language": "python"}, timeout=10)
+    ran = requests.post(sandbox_fusion_url, json=PRINT, timeout=10)
+    assert ran.json()["run_result"]["stdout"] is None
+    entries = [(e.route, e.fault, e.outcome, e.detail.get("rule")) for e in emulator_journal.entries()]
+    assert entries == [
+        ("sandbox_fusion.ping", None, "ok", None),
+        (RUN_CODE, None, "invalid" if refused.status_code >= 400 else "ok", None),
+        (RUN_CODE, "null_stdout", "fault", "n"),
+    ]
+
+
+@pytest.mark.parametrize("route", ["sandbox_fusion.ping", "daytona.*", ["sandbox_fusion.run_jupyter", "daytona.*"]])
+def test_null_stdout_is_refused_on_routes_without_run_result(route: object) -> None:
+    with pytest.raises(FaultPlanError, match=r"^rules\[0\]\.fault: null_stdout empties run_result\.stdout"):
+        Emulator(faults={"rules": [{"route": route, "fault": "null_stdout"}]})
 
 
 @pytest.mark.faults({"limits": [{"name": "cap", "route": RUN_CODE, "max_in_flight": 2}]})
