@@ -22,8 +22,9 @@ __all__ = [
     "UniformLatency",
 ]
 
-#: The longest delay a plan may inject (a latency, a hang, their sum for one request): one day. Longer is no fault a
-#: client could wait out, and near 1e9 s the event loop's timers overflow.
+#: The longest delay a plan may inject: one day, for each latency, for the sum of the latencies one request gets from
+#: several rules, and for a hang (a hang comes after the latency, so one request can wait up to two). Longer is no
+#: fault a client could wait out, and near 1e9 s the event loop's timers overflow.
 MAX_DELAY_S = 86_400.0
 
 _LOG_MAX_DELAY = math.log(MAX_DELAY_S)

@@ -23,7 +23,8 @@ __all__ = ["ReplayEngine"]
 class ReplayEngine:
     """Drop-in for ``FaultEngine.decide``/``admit``/``release`` that answers from a log.
 
-    Attempts are counted per (route, key) exactly as the engine does. An identity missing from
+    Arrivals are counted per (route, key), and the nth gets the nth logged decision for it (its attempt, or attempt 1
+    again where the engine had forgotten the key: see ``FaultEngine.max_keys``). An identity missing from
     the log raises ``ReplayMissError`` when ``strict``, otherwise it passes through untouched and
     is listed in ``misses``. Limits are not re-enforced: refusals come from the log.
     """
@@ -41,13 +42,20 @@ class ReplayEngine:
             records = log.records
         else:
             records = [dict(r) for r in log]
+        # Keyed by (route, key, arrival): the nth arrival of a (route, key) gets the nth logged decision for it. That
+        # is its attempt, unless the engine evicted the key from its attempt counts (max_keys) and began again at 1;
+        # a log that lost its oldest records starts a key's arrivals at its first logged attempt.
         self._decisions: dict[tuple[str, str, int], Decision] = {}
+        last: dict[tuple[str, str], int] = {}
         for n, r in enumerate(records, start=1):
             try:
                 d = Decision.from_record(r)
             except FaultPlanError as exc:  # which record: a log is read as a whole
                 raise FaultPlanError(f"record {n}: {exc.path}", exc.message) from None
-            self._decisions.setdefault((d.route, d.key, d.attempt), d)
+            before = last.get((d.route, d.key))
+            arrival = d.attempt if before is None else before + 1
+            last[(d.route, d.key)] = arrival
+            self._decisions[(d.route, d.key, arrival)] = d
         self.strict = strict
         self.clock: Clock = clock if clock is not None else RealClock()
         self.log = DecisionLog()

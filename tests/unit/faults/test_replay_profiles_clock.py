@@ -187,3 +187,15 @@ def test_real_clock() -> None:
     t0 = clock.monotonic()
     asyncio.run(clock.sleep(0.001))
     assert clock.monotonic() >= t0
+
+
+def test_a_replay_follows_a_key_the_engine_forgot() -> None:
+    """With max_keys=2 the engine evicts the first key and counts its return as attempt 1 again; the replay counted
+    attempt 2, found nothing and (strict) raised, or passed the request untouched where the run had faulted it."""
+    plan = FaultPlan.from_dict({"rules": [{"id": "first", "attempts": "1", "fault": 503}]})
+    engine = FaultEngine(plan, ManualClock(), max_keys=2)
+    arrivals = [("sandbox_fusion.run_code", k) for k in ("a", "b", "c", "a", "a")]
+    logged = [engine.decide(route, key) for route, key in arrivals]
+    assert [(d.attempt, d.status) for d in logged] == [(1, 503), (1, 503), (1, 503), (1, 503), (2, None)]
+    replay = ReplayEngine(engine.log, strict=True)
+    assert [replay.decide(route, key) for route, key in arrivals] == logged
