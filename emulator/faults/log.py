@@ -89,9 +89,13 @@ def load_jsonl(path: str | Path) -> list[dict[str, Any]]:
     p = Path(path)
     out: list[dict[str, Any]] = []
     try:
-        lines = p.read_text(encoding="utf-8").splitlines()
+        # at "\n" only: the log is written with ensure_ascii=False, and a JSON string may hold U+2028 or U+0085 raw,
+        # where str.splitlines() would also split
+        lines = p.read_text(encoding="utf-8").split("\n")
     except OSError as exc:
         raise FaultPlanError(str(p), f"cannot read decision log: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise FaultPlanError(str(p), f"not a decision log: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     for n, line in enumerate(lines, start=1):
         if not line.strip():
             continue

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from emulator.faults import Decision, FaultEngine, FaultPlan, FaultPlanError, ManualClock
-from emulator.faults.log import load_jsonl
+from emulator.faults.log import dump_jsonl, load_jsonl
 from emulator.faults.replay import ReplayEngine
 
 
@@ -47,6 +47,23 @@ def test_a_key_twice_in_a_decision_log_record_is_refused(tmp_path: Path) -> None
     record = '{"route": "r", "key": "k", "attempt": 1, "ordinal": 1, "action": {"kind": "reset", "kind": "hang"}}'
     path.write_text('{"route": "r", "key": "k", "attempt": 1, "ordinal": 1}\n' + record + "\n")
     assert _error(lambda: load_jsonl(path)) == f"{path}:2: duplicate key 'kind' in action"
+
+
+def test_a_decision_log_keeps_unicode_line_separators_inside_its_records(tmp_path: Path) -> None:
+    # written with ensure_ascii=False, so a key may hold U+2028 or U+0085 raw: only "\n" ends a record
+    records = [{"route": "r", "key": "a\u2028b\x85c", "attempt": 1, "ordinal": 1}]
+    path = dump_jsonl(records, tmp_path / "log.jsonl")
+    assert "\u2028" in path.read_text(encoding="utf-8")
+    assert load_jsonl(path) == records
+
+
+def test_a_decision_log_that_is_not_utf8_is_one_error(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'{"route": "r\xff"}\n')
+    assert (
+        _error(lambda: load_jsonl(path))
+        == f"{path}: not a decision log: not UTF-8 text (invalid start byte at byte 12)"
+    )
 
 
 def test_yaml_syntax_errors_are_one_line_naming_the_file_and_position(tmp_path: Path) -> None:
