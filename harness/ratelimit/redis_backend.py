@@ -242,12 +242,18 @@ return 'error: unknown op ' .. op
 """.replace("TOMBSTONES", str(TOMBSTONES)).replace("NOT_CONFIGURED", NOT_CONFIGURED)
 
 
-def _raise_if_cancel_swallowed() -> None:
-    """Some client libraries swallow a cancellation that lands inside a command (seen with fakeredis on 3.11);
-    the task still counts it (``Task.cancelling``), so honour it here."""
+def _cancel_requests() -> int:
+    """How many cancellations of the current task are pending (``Task.cancelling``; 0 where Python lacks it)."""
     task = asyncio.current_task()
     cancelling = getattr(task, "cancelling", None)
-    if cancelling is not None and cancelling() > 0:
+    return int(cancelling()) if cancelling is not None else 0
+
+
+def _raise_if_cancel_swallowed(before: int) -> None:
+    """Some client libraries swallow a cancellation that lands inside a command (seen with fakeredis on 3.11);
+    the task still counts it (``Task.cancelling``), so honour it here. ``before`` is the count when the call began:
+    a cancellation the task absorbed earlier (and never uncancelled) is not this call's to raise."""
+    if _cancel_requests() > before:
         raise asyncio.CancelledError
 
 
@@ -365,6 +371,7 @@ class RedisLimiter(RemoteLimiter):
         return self
 
     async def acquire(self) -> Ticket:
+        cancels_before = _cancel_requests()
         await self.open()
         rid = uuid4().hex
         self._waiting.add(rid)
@@ -372,12 +379,12 @@ class RedisLimiter(RemoteLimiter):
         try:
             state = await self._call("enqueue", rid, self.holder)
             delay = self.poll_min_s
-            _raise_if_cancel_swallowed()
+            _raise_if_cancel_swallowed(cancels_before)
             while state == "waiting":
                 woken = await self._nap(delay)
                 delay = self.poll_min_s if woken else min(2 * delay, self.poll_max_s)
                 state = await self._call("poll", rid)
-                _raise_if_cancel_swallowed()
+                _raise_if_cancel_swallowed(cancels_before)
         except BaseException:
             # Cancelled or failed: dequeue the request or hand its grant back, exactly once, even if cancelled again.
             task = asyncio.get_running_loop().create_task(self._call("withdraw", rid))

@@ -7,6 +7,7 @@ thresholds (except lower bounds a limiter cannot beat)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import random
 import time
@@ -162,6 +163,32 @@ def test_cancelled_acquires_do_not_leak(make_limiter: Any) -> None:
     assert (stats.held, stats.waiting) == (0, 0), stats
     assert stats.max_held == 1
     assert balanced(stats)
+
+
+def test_acquire_after_an_absorbed_cancellation(make_limiter: Any) -> None:
+    """A task that caught one cancellation earlier (without ``uncancel``) still acquires: only a cancellation of
+    this acquire may end it. Its ``cancelling()`` stays 1, which the redis client once took for a swallowed one."""
+
+    async def worker(limiter: Any) -> int:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):  # absorbed, as a library's cleanup step may do
+            await asyncio.sleep(0)
+        assert task.cancelling() == 1
+        async with limiter.slot():
+            return int(limiter.held)
+
+    async def main() -> tuple[int, LimiterStats]:
+        limiter = make_limiter(limit=2)
+        held = await asyncio.create_task(worker(limiter))
+        stats = await limiter.stats()
+        await limiter.aclose()
+        return held, stats
+
+    held, stats = asyncio.run(main())
+    assert held == 1
+    assert (stats.acquires, stats.releases, stats.withdrawn, stats.held) == (1, 1, 0, 0)
 
 
 def test_rotten_execution_releases(make_limiter: Any) -> None:
