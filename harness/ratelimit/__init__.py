@@ -6,6 +6,8 @@ imported only when asked for. :class:`ConcurrencyLimiter` is the minimal synchro
 """
 
 from harness.ratelimit.base import (
+    MAX_LEASE_S,
+    MIN_LEASE_S,
     AdaptiveConfig,
     AsyncLimiter,
     LimiterConfig,
@@ -15,11 +17,13 @@ from harness.ratelimit.base import (
     Outcome,
     Ticket,
 )
-from harness.ratelimit.factory import BACKENDS, open_limiter, ray_ready
+from harness.ratelimit.factory import BACKENDS, check_namespace, open_limiter, ray_ready
 from harness.ratelimit.local import ConcurrencyLimiter, LocalLimiter, Permit
 
 __all__ = [
     "BACKENDS",
+    "MAX_LEASE_S",
+    "MIN_LEASE_S",
     "AdaptiveConfig",
     "AsyncLimiter",
     "ConcurrencyLimiter",
@@ -31,6 +35,7 @@ __all__ = [
     "Outcome",
     "Permit",
     "Ticket",
+    "check_namespace",
     "open_limiter",
     "ray_ready",
 ]

@@ -24,8 +24,16 @@ class LimiterError(RuntimeError):
     """A limiter was used wrongly (double release, foreign permit, bad limit) or its backend failed."""
 
 
-class LimiterConfigError(LimiterError):
-    """A limiter config is invalid, or disagrees with the config the named limiter already has."""
+class LimiterConfigError(LimiterError, ValueError):
+    """A limiter config is invalid, or disagrees with the config the named limiter already has (also a
+    ``ValueError``, what config checks raise elsewhere)."""
+
+
+#: The shortest lease: heartbeats come every ``lease_s / 3``, so a holder keeps two beats of margin, each at least
+#: a third of a second, far above a Ray actor call or a Redis round trip (a shorter lease reclaims live permits).
+MIN_LEASE_S = 1.0
+#: The longest lease (a day): a dead holder's permits must come back within a run, not never.
+MAX_LEASE_S = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -76,8 +84,14 @@ class LimiterConfig:
             raise LimiterConfigError(f"rate_per_second must be a positive number or null, got {self.rate_per_second!r}")
         if self.burst is not None and not _posint(self.burst):
             raise LimiterConfigError(f"burst must be a positive integer or null, got {self.burst!r}")
-        if not (_number(self.lease_s) and math.isfinite(self.lease_s) and self.lease_s > 0):
-            raise LimiterConfigError(f"lease_s must be a positive number, got {self.lease_s!r}")
+        if self.burst is not None and self.rate_per_second is None:
+            raise LimiterConfigError("burst is the size of the rate_per_second bucket: set rate_per_second too")
+        if not (_number(self.lease_s) and MIN_LEASE_S <= self.lease_s <= MAX_LEASE_S):
+            raise LimiterConfigError(
+                f"lease_s must be a number of seconds from {MIN_LEASE_S:g} to {MAX_LEASE_S:g}, got {self.lease_s!r}"
+            )
+        if self.adaptive is not None and not isinstance(self.adaptive, AdaptiveConfig):
+            raise LimiterConfigError(f"adaptive must be an AdaptiveConfig or null, got {self.adaptive!r}")
         if self.adaptive is not None and self.adaptive.min_limit > self.limit:
             raise LimiterConfigError("adaptive min_limit is above limit")
 
@@ -98,8 +112,10 @@ class LimiterConfig:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> LimiterConfig:
         """Build from a YAML/JSON mapping; ``adaptive`` may be true/false or a mapping. Unknown keys are errors."""
+        if not isinstance(data, Mapping):
+            raise TypeError(f"a limiter config must be a mapping or a LimiterConfig, got {data!r}")
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted(set(data) - known, key=repr)
         if unknown:
             raise LimiterConfigError(f"unknown limiter config keys: {unknown}")
         values = dict(data)
@@ -110,7 +126,7 @@ class LimiterConfig:
             values["adaptive"] = None
         elif isinstance(adaptive, Mapping):
             akeys = {f.name for f in fields(AdaptiveConfig)}
-            bad = sorted(set(adaptive) - akeys)
+            bad = sorted(set(adaptive) - akeys, key=repr)
             if bad:
                 raise LimiterConfigError(f"unknown adaptive keys: {bad}")
             values["adaptive"] = AdaptiveConfig(**adaptive)

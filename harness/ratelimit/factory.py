@@ -17,6 +17,14 @@ def ray_ready() -> bool:
     return bool(ray is not None and ray.is_initialized())
 
 
+def check_namespace(namespace: object) -> str | None:
+    """``namespace`` (the ``ray`` backend's), checked when the limiter is made: an empty or non-string one would make
+    every call fail later."""
+    if namespace is not None and not (isinstance(namespace, str) and namespace.strip()):
+        raise LimiterConfigError(f"rate limiter namespace must be a non-empty string or null, got {namespace!r}")
+    return namespace
+
+
 def open_limiter(
     config: LimiterConfig | Mapping[str, Any],
     backend: str = "local",
@@ -31,7 +39,10 @@ def open_limiter(
     The ray and redis clients check the stored config on first use and raise :class:`LimiterConfigError` when it
     differs from ``config``.
     """
+    if not isinstance(config, (LimiterConfig, Mapping)):
+        raise TypeError(f"open_limiter needs a LimiterConfig or a mapping, got {config!r}")
     cfg = config if isinstance(config, LimiterConfig) else LimiterConfig.from_mapping(config)
+    check_namespace(namespace)
     if backend == "local":
         from harness.ratelimit.local import LocalLimiter
 

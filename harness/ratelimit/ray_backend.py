@@ -31,6 +31,7 @@ from harness.ratelimit.base import (
     Ticket,
 )
 from harness.ratelimit.core import CoreDriver, LimiterCore, stats_dict
+from harness.ratelimit.factory import check_namespace
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ class RayLimiter(RemoteLimiter):
 
     def __init__(self, config: LimiterConfig, *, namespace: str | None = None, detached: bool = True) -> None:
         super().__init__(config)
-        self.namespace = namespace
+        self.namespace = check_namespace(namespace)
         self.detached = detached
         self.holder = uuid4().hex
         self._actor: Any = None
