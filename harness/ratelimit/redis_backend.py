@@ -6,7 +6,10 @@ set once and compared by every client), ``queue`` (a sorted set of request ids b
 (each waiter's liveness deadline, refreshed by its polls), ``held`` (request id -> lease deadline), ``owner``
 (request id -> holder), ``tombs``/``tomborder`` (how each finished request ended, bounded), ``state`` (ticket
 counter, token bucket, adaptive cap, counters). Every operation first reclaims expired leases, drops dead waiters
-and grants from the head of the queue, so no background process is needed. Time is the Redis server's clock.
+and grants from the head of the queue, so no background process is needed. Time is the Redis server's clock, read
+as a limiter clock that never goes back (``state``'s ``clock``): a step back of the server's clock counts as no time
+passing (the limiter clock then goes on from where it was), and a step forward counts for at most ``lease_s / 3``
+(one heartbeat period), so it cannot expire the lease of a live holder.
 
 Waiters poll (2 ms doubling to 50 ms); a release by a client wakes that client's own waiters at once.
 """
@@ -65,6 +68,19 @@ local raw = redis.call('GET', cfg_key)
 if not raw then return 'NOT_CONFIGURED' end
 local c = cjson.decode(raw)
 local lease = c.lease_s * 1000
+
+-- The limiter's own clock, which never goes back: it advances by the step of the server's clock since the last call,
+-- at least 0 (a clock stepped back) and at most one heartbeat period (a clock stepped forward must not expire the
+-- leases of live holders, who heartbeat every lease / 3).
+local clock = redis.call('HMGET', state, 'clock', 'clock_raw')
+local raw_now = now
+if clock[1] then
+  local step = now - tonumber(clock[2])
+  if step < 0 then step = 0 end
+  if step > math.floor(lease / 3) then step = math.floor(lease / 3) end
+  now = tonumber(clock[1]) + step
+end
+redis.call('HSET', state, 'clock', now, 'clock_raw', raw_now)
 local rate = nil
 if c.rate_per_second ~= cjson.null then rate = c.rate_per_second / 1000.0 end
 local bucket = 0
@@ -109,7 +125,7 @@ local function pump()
   if rate then
     local t = redis.call('HMGET', state, 'tokens', 'token_time')
     if t[1] then tokens = tonumber(t[1]) else tokens = bucket end
-    if t[2] then tokens = math.min(bucket, tokens + (now - tonumber(t[2])) * rate) end
+    if t[2] then tokens = math.min(bucket, tokens + math.max(0, now - tonumber(t[2])) * rate) end
   end
   local cap = tonumber(redis.call('HGET', state, 'cap') or c.limit)
   local n = redis.call('ZCARD', held)

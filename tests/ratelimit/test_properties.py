@@ -162,3 +162,44 @@ def test_redis_machine() -> None:
     run_state_machine_as_test(
         RedisLimiterMachine, settings=settings(max_examples=30, stateful_step_count=25, deadline=None)
     )
+
+
+def _sync_core(config: LimiterConfig) -> Any:
+    fakeredis = pytest.importorskip("fakeredis")
+    pytest.importorskip("lupa")
+    from harness.ratelimit.redis_backend import RedisCoreSync
+
+    return RedisCoreSync(config, fakeredis.FakeRedis())
+
+
+T0 = 1_800_000_000.0  # a Redis server's clock (TIME), in seconds
+
+
+def test_redis_clock_stepped_back_does_not_starve() -> None:
+    """The Redis server's clock stepped back an hour (NTP, a resumed VM): grants go on at once and the token bucket
+    is not driven negative (before, nothing was granted for an hour)."""
+    core = _sync_core(LimiterConfig(name="clock-back", limit=100, rate_per_second=10.0))
+    assert (core.call("enqueue", T0, "a", "h"), core.call("enqueue", T0 + 0.1, "b", "h")) == ("held", "held")
+    back = T0 - 3600
+    assert core.call("enqueue", back, "c", "h") == "held"  # 8 tokens were left: a step back takes none away
+    # 0.1 s later: 8 + 1 tokens, so the bucket runs dry as usual at the tenth ...
+    burst = [core.call("enqueue", back + 0.1, f"d{i}", "h") for i in range(10)]
+    assert burst == ["held"] * 9 + ["waiting"]
+    assert core.call("poll", back + 0.3, "d9") == "held"  # ... and refills at 10/s, not an hour later
+
+
+def test_redis_clock_stepped_forward_keeps_live_leases() -> None:
+    """The server's clock jumps two leases ahead: a live holder keeps its ticket; a holder that then goes silent loses
+    it a lease of limiter time after its last heartbeat, which the jump shortened by at most lease / 3."""
+    lease = 60.0
+    core = _sync_core(LimiterConfig(name="clock-forward", limit=1, lease_s=lease))
+    assert (core.call("enqueue", T0, "x", "h1"), core.call("enqueue", T0 + 1, "y", "h2")) == ("held", "waiting")
+    assert core.call("heartbeat", T0 + 10, "h1", "x") == "1"
+    jumped = T0 + 10 + 2 * lease
+    assert (core.call("status", jumped, "x"), core.call("poll", jumped, "y")) == ("held", "waiting")
+    t = jumped
+    while core.call("poll", t, "y") == "waiting":  # y polls each second; h1 is silent from now on
+        t += 1.0
+        assert t < jumped + lease, "x was never reclaimed"
+    assert core.call("status", t, "x") == "reclaimed"
+    assert jumped + lease - lease / 3 - 1.0 <= t
