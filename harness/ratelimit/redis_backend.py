@@ -23,6 +23,9 @@ from collections.abc import Callable
 from typing import Any
 from uuid import uuid4
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from harness.ratelimit.base import (
     LimiterConfig,
     LimiterConfigError,
@@ -35,9 +38,19 @@ from harness.ratelimit.base import (
 
 log = logging.getLogger(__name__)
 
+#: Seconds ``aclose`` gives withdraws and releases still retrying (then their leases decide).
+CLOSE_GRACE_S = 2.0
 #: Seconds to connect to Redis, and to wait for one command's answer (the Lua script runs in microseconds).
 CONNECT_TIMEOUT_S = 5.0
 COMMAND_TIMEOUT_S = 10.0
+#: Connections of one client: waiters' ``enqueue``/``poll`` calls share the first pool, the calls that free capacity
+#: (``release``, ``withdraw``, ``heartbeat``) the second, so they never queue behind polls. Both pools block (up to
+#: ``COMMAND_TIMEOUT_S``) when all their connections are busy: any number of callers, no "too many connections".
+POLL_CONNECTIONS = 32
+CONTROL_CONNECTIONS = 8
+#: Retries of a release or a withdraw that failed on the way (a dropped connection, a timeout): first pause, last.
+RETRY_FIRST_S = 0.05
+RETRY_MAX_S = 1.0
 
 KEY_NAMES = ("cfg", "queue", "qexp", "held", "owner", "tombs", "tomborder", "state")
 TOMBSTONES = 100_000
@@ -158,6 +171,8 @@ if op == 'enqueue' then
   local t = redis.call('HGET', tombs, rid)
   if t then return t end
   if redis.call('ZSCORE', held, rid) or redis.call('ZSCORE', queue, rid) then
+    -- the same enqueue sent again (its answer was lost): answer it again
+    if redis.call('HGET', owner, rid) == holder then pump() return status(rid) end
     return 'error: request id already queued or held'
   end
   local seq = redis.call('HINCRBY', state, 'seq', 1)
@@ -172,7 +187,9 @@ elseif op == 'poll' then
   pump()
   return status(rid)
 elseif op == 'release' then
-  local rid = ARGV[3]
+  -- ARGV[4] 'resend-ok': the client sends each release once, so a 'released' tomb is this very release, sent again
+  -- after its answer was lost (by the client's retry or the Redis library's): answer it again
+  local rid, resend = ARGV[3], ARGV[4] == 'resend-ok'
   pump()
   if redis.call('ZSCORE', held, rid) then
     drop_held(rid, 'released')
@@ -181,6 +198,8 @@ elseif op == 'release' then
     return 'released'
   end
   local t = redis.call('HGET', tombs, rid)
+  if resend and t == 'released' then return 'released' end
+  if resend and t == 'late' then return 'expired' end
   if t == 'reclaimed' then
     redis.call('HSET', tombs, rid, 'late')
     redis.call('HINCRBY', state, 'late_releases', 1)
@@ -273,6 +292,32 @@ def _raise_if_cancel_swallowed(before: int) -> None:
         raise asyncio.CancelledError
 
 
+#: Failures worth a retry: the command may not have reached Redis, or its answer was lost.
+TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError, asyncio.TimeoutError)
+
+
+def _client(url: str, connections: int) -> Any:
+    """A client with a blocking pool of ``connections`` (redis-py's default pool raises past 100 callers at once)."""
+    import redis.asyncio
+
+    # Bounded waits: a Redis that stops answering fails the call (an infrastructure fault for the tools) instead of
+    # hanging it. Timeouts (and max_connections) given in the URL's query win.
+    pool = redis.asyncio.BlockingConnectionPool.from_url(
+        url,
+        max_connections=connections,
+        timeout=COMMAND_TIMEOUT_S,
+        socket_connect_timeout=CONNECT_TIMEOUT_S,
+        socket_timeout=COMMAND_TIMEOUT_S,
+    )
+    return redis.asyncio.Redis.from_pool(pool)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a future's exception seen (its caller may have been cancelled; the task behind it logs the failure)."""
+    if not future.cancelled():
+        future.exception()
+
+
 def _settle(waker: asyncio.Future[bool]) -> None:
     if not waker.done():
         waker.set_result(False)
@@ -342,15 +387,11 @@ class RedisLimiter(RemoteLimiter):
         if client is None:
             if not url:
                 raise LimiterConfigError("the redis limiter backend needs redis_url or a client")
-            import redis.asyncio
-
-            # Bounded waits: a Redis that stops answering fails the call (an infrastructure fault for the tools)
-            # instead of hanging it. Timeouts given in the URL's query win.
-            client = redis.asyncio.Redis.from_url(
-                url, socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=COMMAND_TIMEOUT_S
-            )
+            client = _client(url, POLL_CONNECTIONS)
+            self._control: Any = _client(url, CONTROL_CONNECTIONS)
             self._owns_client = True
         else:
+            self._control = client
             self._owns_client = False
         self.client = client
         self.clock = clock
@@ -364,21 +405,49 @@ class RedisLimiter(RemoteLimiter):
         self._heartbeat: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
 
-    async def _call(self, op: str, *args: str) -> str:
-        result = await self._run(op, *args)
+    async def _call(self, op: str, *args: str, control: bool = True) -> str:
+        """One operation; ``control`` ones (all but a waiter's ``enqueue``/``poll``) use the control pool."""
+        client = self._control if control else self.client
+        result = await self._run(client, op, *args)
         if result == NOT_CONFIGURED and self._checked:
             # The limiter's keys are gone (Redis restarted without persistence, or they were deleted): set the config
             # again, as the first client did, and go on. Tickets granted before are gone with them.
             log.warning("limiter %r: its state is gone from Redis (a restart?); configuring it again", self.name)
-            check_stored(self.config, await self._run("open", config_json(self.config)))
-            result = await self._run(op, *args)
+            check_stored(self.config, await self._run(client, "open", config_json(self.config)))
+            result = await self._run(client, op, *args)
         if result.startswith("error: "):
             raise LimiterError(f"limiter {self.name!r}: {result[7:]}")
         return result
 
-    async def _run(self, op: str, *args: str) -> str:
+    async def _run(self, client: Any, op: str, *args: str) -> str:
         now = "" if self.clock is None else str(int(self.clock() * 1000))
-        return _text(await self._script(keys=self.keys, args=[op, now, *args]))
+        return _text(await self._script(keys=self.keys, args=[op, now, *args], client=client))
+
+    async def _call_retrying(
+        self, budget_s: float, op: str, *args: str, first: asyncio.Future[str] | None = None
+    ) -> str:
+        """``op`` (idempotent as sent: ``withdraw``, or ``release`` with ``resend-ok``) retried on transient
+        failures for up to ``budget_s``; the last failure is raised. ``first`` gets the first attempt's outcome."""
+        deadline = asyncio.get_running_loop().time() + budget_s
+        pause = RETRY_FIRST_S
+        while True:
+            try:
+                result = await self._call(op, *args)
+            except TRANSIENT as exc:
+                if first is not None and not first.done():
+                    first.set_exception(exc)
+                if asyncio.get_running_loop().time() + pause > deadline:
+                    raise
+            except BaseException as exc:
+                if first is not None and not first.done():
+                    first.set_exception(exc)
+                raise
+            else:
+                if first is not None and not first.done():
+                    first.set_result(result)
+                return result
+            await asyncio.sleep(pause)  # a backoff between attempts, not a wait for an event
+            pause = min(2 * pause, RETRY_MAX_S)
 
     async def open(self) -> RedisLimiter:
         if not self._checked:
@@ -393,17 +462,19 @@ class RedisLimiter(RemoteLimiter):
         self._waiting.add(rid)
         self._ensure_heartbeat()
         try:
-            state = await self._call("enqueue", rid, self.holder)
+            state = await self._call("enqueue", rid, self.holder, control=False)
             delay = self.poll_min_s
             _raise_if_cancel_swallowed(cancels_before)
             while state == "waiting":
                 woken = await self._nap(delay)
                 delay = self.poll_min_s if woken else min(2 * delay, self.poll_max_s)
-                state = await self._call("poll", rid)
+                state = await self._call("poll", rid, control=False)
                 _raise_if_cancel_swallowed(cancels_before)
         except BaseException:
             # Cancelled or failed: dequeue the request or hand its grant back, exactly once, even if cancelled again.
-            task = asyncio.get_running_loop().create_task(self._call("withdraw", rid))
+            # Retried for a lease: until then the request could still be granted, to nobody; after it, the lease (no
+            # heartbeat covers it any more) has dropped it anyway.
+            task = asyncio.get_running_loop().create_task(self._call_retrying(self.config.lease_s, "withdraw", rid))
             self._background.add(task)
             task.add_done_callback(self._withdrawn)
             raise
@@ -419,8 +490,13 @@ class RedisLimiter(RemoteLimiter):
     def _withdrawn(self, task: asyncio.Task[Any]) -> None:
         self._background.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            # Redis is unreachable (the acquire failed for the same reason): the lease reclaims the request.
-            log.debug("limiter %r: withdraw failed: %s", self.name, task.exception())
+            # Redis stayed unreachable for a lease: the lease has dropped (or reclaimed) the request by now.
+            log.warning("limiter %r: withdraw failed for a lease; left to the lease: %s", self.name, task.exception())
+
+    def _released(self, task: asyncio.Task[Any]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("limiter %r: release failed for a lease; left to the lease: %s", self.name, task.exception())
 
     async def _nap(self, delay: float) -> bool:
         """Sleep ``delay`` or until this client releases a ticket (``True``). A bare future, not ``wait_for``:
@@ -438,7 +514,19 @@ class RedisLimiter(RemoteLimiter):
     async def release(self, ticket: Ticket) -> None:
         if self._held.pop(ticket.request_id, None) is None:
             raise LimiterError(f"release of a ticket this client does not hold (double release?): {ticket}")
-        result = await self._call("release", ticket.request_id)
+        # The ticket is already off this client's books: a release lost here would hold the slot until its lease ran
+        # out. So it runs as a task a cancelled caller does not stop, and one that failed on the way (Redis gone,
+        # beyond the Redis library's own retries) raises to the caller at once but goes on in the background until
+        # the lease would have reclaimed the ticket anyway.
+        loop = asyncio.get_running_loop()
+        first: asyncio.Future[str] = loop.create_future()
+        first.add_done_callback(_retrieve)
+        task = loop.create_task(
+            self._call_retrying(self.config.lease_s, "release", ticket.request_id, "resend-ok", first=first)
+        )
+        self._background.add(task)
+        task.add_done_callback(self._released)
+        result = await asyncio.shield(first)
         for waker in self._wakers:
             if not waker.done():
                 waker.set_result(True)
@@ -474,9 +562,13 @@ class RedisLimiter(RemoteLimiter):
             self._heartbeat.cancel()
             self._heartbeat = None
         if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
+            _, pending = await asyncio.wait(set(self._background), timeout=CLOSE_GRACE_S)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
         if self._owns_client:
             await self.client.aclose()
+            await self._control.aclose()
 
 
 class RedisCoreSync:

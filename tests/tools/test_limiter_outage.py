@@ -17,7 +17,7 @@ pytest.importorskip("redis")
 
 from emulator.server import EmulatorServer
 from harness.ratelimit import AsyncLimiter, LimiterConfig, Ticket
-from harness.ratelimit.redis_backend import LUA, RedisLimiter
+from harness.ratelimit.redis_backend import RedisLimiter
 from harness.tools.sandbox_fusion import SandboxFusionTool
 
 FAST_RETRY = {"max_attempts": 3, "base_delay": 0.01, "max_delay": 0.02}
@@ -71,7 +71,7 @@ class _LosesRedisAfterGrant(RedisLimiter):
         import redis.asyncio
 
         gone = redis.asyncio.Redis(host="127.0.0.1", port=1)  # nothing listens there
-        self._script = gone.register_script(LUA)
+        self.client = self._control = gone
         return ticket
 
 
