@@ -6,16 +6,19 @@ with the worker that happened to create it) runs :class:`~harness.ratelimit.core
 cancelled (or the call fails) it fires ``withdraw(request id)``, which dequeues the request or returns its grant,
 whichever happened, exactly once. While it holds or waits for tickets the client heartbeats every ``lease_s / 3``;
 the actor reclaims the tickets of a holder whose lease ran out (a killed worker) and drops its queued requests.
-``configure`` compares the caller's config with the actor's, so a second user with a different ``limit`` gets
-:class:`LimiterConfigError`, not a silent first-creator-wins as verl 0.7.1's ``TokenBucketWorker``.
+``acquire`` runs in a concurrency group of its own, every other method in another, so releases and heartbeats never
+wait behind acquires. ``configure`` compares the caller's config with the actor's, so a second user with a different
+``limit`` gets :class:`LimiterConfigError`, not a silent first-creator-wins as verl 0.7.1's ``TokenBucketWorker``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 from uuid import uuid4
 
 import ray
@@ -36,51 +39,88 @@ from harness.ratelimit.factory import check_namespace
 log = logging.getLogger(__name__)
 
 ACTOR_PREFIX = "ratelimit:"
-#: Concurrent calls one actor accepts (every waiting acquire occupies one).
+#: Concurrent acquires one actor accepts (every waiting acquire occupies one).
 MAX_CONCURRENCY = 10_000
+#: Concurrent calls of the other methods (release, withdraw, heartbeat, configure, report, stats): a concurrency group
+#: of their own, so they run however many acquires wait (in one group they queued behind acquires that only they
+#: could finish, and a live holder's permit was reclaimed for want of its heartbeat).
+CONTROL_CONCURRENCY = 64
+
+T = TypeVar("T")
 
 
 class LimiterActor:
-    """The actor body (wrapped with ``ray.remote`` below); errors come back as values, raised by the client."""
+    """The actor body (wrapped with ``ray.remote`` below); errors come back as values, raised by the client.
+
+    Ray runs each concurrency group on an event loop (and thread) of its own, so the state lives on one more loop,
+    a thread the actor starts, and every method hands its work to that loop."""
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = LimiterConfig.from_mapping(config)
         self.core = LimiterCore(self.config, leases=True, backend="ray")
         self.driver = CoreDriver(self.core)
+        self._loop = asyncio.new_event_loop()
+        threading.Thread(target=self._loop.run_forever, name="limiter-state", daemon=True).start()
 
+    async def _on_state_loop(self, work: Coroutine[Any, Any, T]) -> T:
+        # A cancelled caller cancels the work too (run_coroutine_threadsafe chains the cancellation).
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self._loop))
+
+    async def _sync(self, fn: Callable[..., T], *args: Any) -> T:
+        async def run() -> T:
+            return fn(*args)
+
+        return await self._on_state_loop(run())
+
+    @ray.method(concurrency_group="control")
     async def configure(self, config: dict[str, Any]) -> list[str]:
         return self.config.differences(LimiterConfig.from_mapping(config))
 
+    @ray.method(concurrency_group="acquire")
     async def acquire(self, rid: str, holder: str) -> str:
-        return await self.driver.acquire(rid, holder)
+        return await self._on_state_loop(self.driver.acquire(rid, holder))
 
+    @ray.method(concurrency_group="control")
     async def release(self, rid: str) -> str:
         try:
-            return self.driver.release(rid)
+            return await self._sync(self.driver.release, rid)
         except LimiterError as exc:
             return f"error: {exc}"
 
+    @ray.method(concurrency_group="control")
     async def withdraw(self, rid: str) -> str:
-        return self.driver.withdraw(rid)
+        return await self._sync(self.driver.withdraw, rid)
 
+    @ray.method(concurrency_group="control")
     async def heartbeat(self, holder: str) -> int:
-        return self.driver.heartbeat(holder)
+        return await self._sync(self.driver.heartbeat, holder)
 
+    @ray.method(concurrency_group="control")
     async def report(self, outcome: str) -> None:
-        self.driver.report(outcome)
+        await self._sync(self.driver.report, outcome)
 
+    @ray.method(concurrency_group="control")
     async def stats(self) -> dict[str, Any]:
-        return stats_dict(self.core)
+        return await self._sync(stats_dict, self.core)
 
+    @ray.method(concurrency_group="control")
     async def journal(self) -> list[tuple[float, str, str, int]]:
-        return self.driver.journal()
+        return await self._sync(self.driver.journal)
 
+    @ray.method(concurrency_group="control")
     async def ping(self) -> str:
         return self.config.name
 
 
-_remote: Any = ray.remote  # its stubs lack max_concurrency
-RemoteLimiterActor: Any = _remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY, max_restarts=0)(LimiterActor)
+def remote_actor_class(acquire_concurrency: int = MAX_CONCURRENCY) -> Any:
+    """The Ray actor class: ``acquire`` in a concurrency group of ``acquire_concurrency``, every other method in a
+    group of ``CONTROL_CONCURRENCY``."""
+    groups = {"acquire": acquire_concurrency, "control": CONTROL_CONCURRENCY}
+    _remote: Any = ray.remote  # its stubs lack concurrency_groups
+    return _remote(num_cpus=0, max_restarts=0, concurrency_groups=groups)(LimiterActor)
+
+
+RemoteLimiterActor: Any = remote_actor_class()
 
 
 def actor_name(name: str) -> str:
