@@ -1,14 +1,15 @@
 """The ``ray`` backend: one named async actor per limiter name, shared by every process of a Ray cluster.
 
-The actor (``ratelimit:<name>`` in the caller's namespace, or ``namespace``; detached by default so it does not die
-with the worker that happened to create it) runs :class:`~harness.ratelimit.core.LimiterCore`. Each
-:class:`RayLimiter` is one holder: ``acquire`` sends a fresh request id and waits on the actor; if the caller is
-cancelled (or the call fails) it fires ``withdraw(request id)``, which dequeues the request or returns its grant,
-whichever happened, exactly once. While it holds or waits for tickets the client heartbeats every ``lease_s / 3``;
-the actor reclaims the tickets of a holder whose lease ran out (a killed worker) and drops its queued requests.
-``acquire`` runs in a concurrency group of its own, every other method in another, so releases and heartbeats never
-wait behind acquires. ``configure`` compares the caller's config with the actor's, so a second user with a different
-``limit`` gets :class:`LimiterConfigError`, not a silent first-creator-wins as verl 0.7.1's ``TokenBucketWorker``.
+The actor (``ratelimit:<name>`` in the Ray namespace ``namespace``, by default :data:`DEFAULT_NAMESPACE` whatever the
+caller's; detached by default so it does not die with the worker that happened to create it) runs
+:class:`~harness.ratelimit.core.LimiterCore`. Each :class:`RayLimiter` is one holder: ``acquire`` sends a fresh request
+id and waits on the actor; if the caller is cancelled (or the call fails) it fires ``withdraw(request id)``, which
+dequeues the request or returns its grant, whichever happened, exactly once. While it holds or waits for tickets the
+client heartbeats every ``lease_s / 3``; the actor reclaims the tickets of a holder whose lease ran out (a killed
+worker) and drops its queued requests. ``acquire`` runs in a concurrency group of its own, every other method in
+another, so releases and heartbeats never wait behind acquires. ``configure`` compares the caller's config with the
+actor's, so a second user with a different ``limit`` gets :class:`LimiterConfigError`, not a silent first-creator-wins
+as verl 0.7.1's ``TokenBucketWorker``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ from harness.ratelimit.factory import check_namespace
 log = logging.getLogger(__name__)
 
 ACTOR_PREFIX = "ratelimit:"
+#: The Ray namespace of limiter actors made without one. A fixed one, not the job's: a detached actor in a job's
+#: anonymous namespace (a driver's plain ``ray.init()``) outlives the job where nobody can name it to kill it.
+DEFAULT_NAMESPACE = "sandbox-ratelimit"
 #: Concurrent acquires one actor accepts (every waiting acquire occupies one).
 MAX_CONCURRENCY = 10_000
 #: Concurrent calls of the other methods (release, withdraw, heartbeat, configure, report, stats): a concurrency group
@@ -131,9 +135,11 @@ def get_actor(config: LimiterConfig, *, namespace: str | None = None, detached: 
     """The named actor for ``config.name``, created on first use (no config check: see :meth:`RayLimiter.open`)."""
     if not ray.is_initialized():
         raise LimiterConfigError("the ray limiter backend needs ray.init() first (or use backend: local | redis)")
-    options: dict[str, Any] = {"name": actor_name(config.name), "get_if_exists": True}
-    if namespace is not None:
-        options["namespace"] = namespace
+    options: dict[str, Any] = {
+        "name": actor_name(config.name),
+        "namespace": namespace or DEFAULT_NAMESPACE,
+        "get_if_exists": True,
+    }
     if detached:
         options["lifetime"] = "detached"
     return RemoteLimiterActor.options(**options).remote(config.to_dict())
@@ -258,13 +264,14 @@ class RayLimiter(RemoteLimiter):
 
 
 def kill(name: str, namespace: str | None = None, timeout: float = 30.0) -> bool:
-    """Kill the named limiter actor (tests, or a config change between jobs); ``False`` if there was none.
+    """Kill the named limiter actor (tests, or a config change between jobs) in ``namespace`` (default
+    :data:`DEFAULT_NAMESPACE`, where limiters made without one live); ``False`` if there was none.
 
     Returns once the actor is dead and its name free (``ray.kill`` only asks for it): a call made after this meets a
     dead actor, never the old one still serving, and a limiter made after it is a new one. ``TimeoutError`` if that
     has not happened within ``timeout`` seconds."""
     try:
-        handle = ray.get_actor(actor_name(name), namespace=namespace)
+        handle = ray.get_actor(actor_name(name), namespace=namespace or DEFAULT_NAMESPACE)
     except ValueError:
         return False
     ray.kill(handle, no_restart=True)
@@ -282,7 +289,7 @@ def kill(name: str, namespace: str | None = None, timeout: float = 30.0) -> bool
                 pass
         else:
             try:
-                found = ray.get_actor(actor_name(name), namespace=namespace)
+                found = ray.get_actor(actor_name(name), namespace=namespace or DEFAULT_NAMESPACE)
             except ValueError:
                 return True
             if found._actor_id != handle._actor_id:  # already someone's new limiter of that name

@@ -4,6 +4,8 @@ the wall-clock interval each call held its slot and the limiter actor's id.
 
 Usage: python _driver.py ray ADDRESS NAMESPACE NAME LIMIT TASKS HOLD BARRIER_DIR PARTIES
        python _driver.py redis-hold URL NAME LIMIT LEASE COUNT   (acquire COUNT, print "held", then sleep)
+       python _driver.py ray-job ADDRESS NAME   (a job with a plain ray.init(): one call through NAME, then exit;
+                                                 prints the job's namespace)
 """
 
 from __future__ import annotations
@@ -57,6 +59,23 @@ def main(argv: list[str]) -> None:
             return {"intervals": intervals, "actor": limiter.actor._actor_id.hex()}
 
         print(json.dumps(asyncio.run(go())), flush=True)
+        ray.shutdown()
+    elif mode == "ray-job":
+        address, name = argv[1:3]
+        import ray
+
+        from harness.ratelimit import open_limiter
+
+        ray.init(address=address, log_to_driver=False)  # no namespace: an anonymous one, as a plain verl job
+
+        async def one_call() -> None:
+            limiter = open_limiter({"name": name, "limit": 2}, "ray")
+            async with limiter.slot():
+                pass
+            await limiter.aclose()
+
+        asyncio.run(one_call())
+        print(json.dumps({"namespace": ray.get_runtime_context().namespace}), flush=True)
         ray.shutdown()
     elif mode == "redis-hold":
         url, name, limit, lease, count = argv[1:6]

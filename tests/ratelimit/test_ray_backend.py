@@ -4,12 +4,20 @@ lives and who can find it; what a client does when the actor that granted its pe
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from harness.ratelimit import LimiterConfig, LimiterStats
+
+DRIVER = Path(__file__).with_name("_driver.py")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -47,3 +55,28 @@ def test_release_is_served_while_acquires_fill_their_group(ray_backend: Any, mon
     finally:
         ray_backend.kill(config.name)
     assert (stats.acquires, stats.releases, stats.reclaimed, stats.max_held, stats.held) == (5, 5, 0, 1, 0)
+
+
+def test_a_job_without_a_namespace_leaves_an_actor_others_can_kill(ray_backend: Any) -> None:
+    """A job with a plain ``ray.init()`` (an anonymous namespace) makes the detached actor in the fixed default
+    namespace, not in its own, where it outlived the job out of everyone's reach; ``kill(name)`` from another job
+    (the test's own namespace) finds it."""
+    import ray
+
+    name = f"job-{uuid.uuid4().hex[:8]}"
+    address = ray.get_runtime_context().gcs_address
+    job = subprocess.run(
+        [sys.executable, str(DRIVER), "ray-job", address, name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert job.returncode == 0, job.stderr
+    job_namespace = json.loads(job.stdout.splitlines()[-1])["namespace"]
+    assert job_namespace not in (ray_backend.DEFAULT_NAMESPACE, ray.get_runtime_context().namespace)
+    assert "anonymous namespace" not in job.stderr
+    handle = ray.get_actor(ray_backend.actor_name(name), namespace=ray_backend.DEFAULT_NAMESPACE)
+    assert ray.get(handle.ping.remote(), timeout=30) == name  # detached: it outlived its job
+    assert ray_backend.kill(name) is True
+    assert ray_backend.kill(name) is False
