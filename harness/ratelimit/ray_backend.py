@@ -158,6 +158,10 @@ class RayLimiter(RemoteLimiter):
         self._actor: Any = None
         self._checked = False
         self._heartbeat: asyncio.Task[None] | None = None
+        # The actor each request (waiting or held) went to: its release and heartbeats go there, never to a
+        # successor that has not heard of it. And the ids of actors known dead.
+        self._asked: dict[str, Any] = {}
+        self._dead: set[str] = set()
 
     @property
     def actor(self) -> Any:
@@ -176,8 +180,10 @@ class RayLimiter(RemoteLimiter):
             self._checked = True
         return self
 
-    def _lost(self, actor: Any) -> None:
+    def _lost(self, actor: Any, exc: BaseException | None = None) -> None:
         """The actor died (killed, or its node went): the next call makes a new one, as the first call did."""
+        if isinstance(exc, ActorDiedError):
+            self._dead.add(_actor_id(actor))
         if self._actor is actor and actor is not None:
             log.warning("limiter %r: its actor is gone; the next call starts a new one", self.name)
             self._actor = None
@@ -187,18 +193,20 @@ class RayLimiter(RemoteLimiter):
         actor = self.actor
         try:
             await self.open()
-        except RayActorError:
-            self._lost(actor)
+        except RayActorError as exc:
+            self._lost(actor, exc)
             raise
         rid = uuid4().hex
         ref = actor.acquire.remote(rid, self.holder)
         self._waiting.add(rid)
+        self._asked[rid] = actor
         self._ensure_heartbeat()
         try:
             result = await ref
         except BaseException as exc:
+            self._asked.pop(rid, None)
             if isinstance(exc, RayActorError):
-                self._lost(actor)
+                self._lost(actor, exc)
             # Cancelled or failed: the actor dequeues the request or takes its grant back, exactly once.
             try:
                 actor.withdraw.remote(rid)
@@ -208,6 +216,7 @@ class RayLimiter(RemoteLimiter):
         finally:
             self._waiting.discard(rid)
         if result != "granted":
+            self._asked.pop(rid, None)
             raise LimiterError(f"acquire of {rid} on {self.name!r} ended as {result!r}")
         ticket = Ticket(self.name, rid, self.holder)
         self._held[rid] = ticket
@@ -217,23 +226,37 @@ class RayLimiter(RemoteLimiter):
     async def release(self, ticket: Ticket) -> None:
         if self._held.pop(ticket.request_id, None) is None:
             raise LimiterError(f"release of a ticket this client does not hold (double release?): {ticket}")
-        actor = self.actor
+        actor = self._asked.pop(ticket.request_id, None)
+        if actor is None:
+            actor = self.actor
+        if _actor_id(actor) in self._dead:
+            self._granted_by_the_dead(ticket)
+            return
         try:
             result = await actor.release.remote(ticket.request_id)
-        except RayActorError:
-            self._lost(actor)
+        except ActorDiedError as exc:
+            self._lost(actor, exc)
+            self._granted_by_the_dead(ticket)
+            return
+        except RayActorError as exc:
+            self._lost(actor, exc)
             raise
         if result == "expired":
             log.warning("limiter %r: ticket %s was reclaimed before its release (lease expired)", self.name, ticket)
         elif result != "released":
             raise LimiterError(result)
 
+    def _granted_by_the_dead(self, ticket: Ticket) -> None:
+        """A permit of an actor that died: its count died with it, so there is nothing to give back (and its
+        successor never granted it)."""
+        log.info("limiter %r: ticket %s was granted by an actor that is gone; nothing to release", self.name, ticket)
+
     async def _report(self, outcome: Outcome) -> None:
         actor = self.actor
         try:
             await actor.report.remote(outcome)
-        except RayActorError:
-            self._lost(actor)
+        except RayActorError as exc:
+            self._lost(actor, exc)
             raise
 
     async def stats(self) -> LimiterStats:
@@ -252,15 +275,33 @@ class RayLimiter(RemoteLimiter):
             await asyncio.sleep(interval)
             if not (self._held or self._waiting):
                 break
+            await self._heartbeat_once()
+
+    async def _heartbeat_once(self) -> int:
+        """Heartbeat every live actor this client waits on or holds permits of; returns how many answered. Never
+        makes an actor: one that died took its permits along, and a successor has none of this client's."""
+        actors = {_actor_id(actor): actor for actor in self._asked.values()}
+        answered = 0
+        for key, actor in actors.items():
+            if key in self._dead:
+                continue
             try:
-                await self.actor.heartbeat.remote(self.holder)
-            except Exception:  # pragma: no cover - keep beating; the lease decides
+                await actor.heartbeat.remote(self.holder)
+                answered += 1
+            except ActorDiedError as exc:
+                self._lost(actor, exc)
+            except Exception:  # keep beating; the lease decides
                 log.warning("limiter %r: heartbeat failed", self.name, exc_info=True)
+        return answered
 
     async def aclose(self) -> None:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             self._heartbeat = None
+
+
+def _actor_id(actor: Any) -> str:
+    return str(actor._actor_id.hex())
 
 
 def kill(name: str, namespace: str | None = None, timeout: float = 30.0) -> bool:

@@ -80,3 +80,40 @@ def test_a_job_without_a_namespace_leaves_an_actor_others_can_kill(ray_backend: 
     assert ray.get(handle.ping.remote(), timeout=30) == name  # detached: it outlived its job
     assert ray_backend.kill(name) is True
     assert ray_backend.kill(name) is False
+
+
+def test_permits_of_a_dead_actor_are_released_quietly(ray_backend: Any) -> None:
+    """The actor dies (killed, its node lost) while a client holds two permits: releasing them is a quiet no-op (not
+    ``ActorDiedError`` then "never granted" from its successor), and the heartbeat does not make a new actor."""
+    import ray
+
+    config = LimiterConfig(name=f"dead-{uuid.uuid4().hex[:8]}", limit=2)
+
+    async def main() -> tuple[int, int, bool, LimiterStats]:
+        client = ray_backend.RayLimiter(config)
+        first, second = await client.acquire(), await client.acquire()
+        assert await client._heartbeat_once() == 1
+        assert ray_backend.kill(config.name)
+        await client.release(first)  # meets the dead actor: nothing to give back
+        beats = await client._heartbeat_once()
+        try:
+            ray.get_actor(ray_backend.actor_name(config.name), namespace=ray_backend.DEFAULT_NAMESPACE)
+            recreated = True
+        except ValueError:
+            recreated = False
+        successor = ray_backend.RayLimiter(config)
+        fresh = await successor.acquire()  # a new actor, with the whole cap
+        await client.release(second)  # granted by the dead one: not sent to the successor
+        held = client.held
+        stats: LimiterStats = await successor.stats()
+        await successor.release(fresh)
+        await client.aclose()
+        await successor.aclose()
+        return beats, held, recreated, stats
+
+    try:
+        beats, held, recreated, stats = asyncio.run(main())
+    finally:
+        ray_backend.kill(config.name)
+    assert (beats, held, recreated) == (0, 0, False)
+    assert (stats.acquires, stats.releases, stats.held) == (1, 0, 1)
