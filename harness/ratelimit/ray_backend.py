@@ -165,14 +165,24 @@ class RayLimiter(RemoteLimiter):
 
     @property
     def actor(self) -> Any:
+        """The actor's handle, made (or looked up) here if need be: a blocking call, for code outside a loop."""
         if self._actor is None:
             self._actor = get_actor(self.config, namespace=self.namespace, detached=self.detached)
+        return self._actor
+
+    async def _attach(self) -> Any:
+        """:attr:`actor` for coroutines: making or looking up the named actor asks Ray's control store and waits
+        for the answer, so it runs in a thread, not on the caller's event loop."""
+        if self._actor is None:
+            actor = await asyncio.to_thread(get_actor, self.config, namespace=self.namespace, detached=self.detached)
+            if self._actor is None:  # another task of this client may have attached meanwhile
+                self._actor = actor
         return self._actor
 
     async def open(self) -> RayLimiter:
         """Attach to (or create) the named actor and check that its config is ours."""
         if not self._checked:
-            differences = await self.actor.configure.remote(self.config.to_dict())
+            differences = await (await self._attach()).configure.remote(self.config.to_dict())
             if differences:
                 raise LimiterConfigError(
                     f"limiter {self.name!r} already exists with a different config: " + "; ".join(differences)
@@ -190,7 +200,7 @@ class RayLimiter(RemoteLimiter):
             self._checked = False
 
     async def acquire(self) -> Ticket:
-        actor = self.actor
+        actor = await self._attach()
         try:
             await self.open()
         except RayActorError as exc:
@@ -228,7 +238,7 @@ class RayLimiter(RemoteLimiter):
             raise LimiterError(f"release of a ticket this client does not hold (double release?): {ticket}")
         actor = self._asked.pop(ticket.request_id, None)
         if actor is None:
-            actor = self.actor
+            actor = await self._attach()
         if _actor_id(actor) in self._dead:
             self._granted_by_the_dead(ticket)
             return
@@ -252,7 +262,7 @@ class RayLimiter(RemoteLimiter):
         log.info("limiter %r: ticket %s was granted by an actor that is gone; nothing to release", self.name, ticket)
 
     async def _report(self, outcome: Outcome) -> None:
-        actor = self.actor
+        actor = await self._attach()
         try:
             await actor.report.remote(outcome)
         except RayActorError as exc:
@@ -260,10 +270,10 @@ class RayLimiter(RemoteLimiter):
             raise
 
     async def stats(self) -> LimiterStats:
-        return LimiterStats.from_dict(await self.actor.stats.remote())
+        return LimiterStats.from_dict(await (await self._attach()).stats.remote())
 
     async def journal(self) -> list[tuple[float, str, str, int]]:
-        return list(await self.actor.journal.remote())
+        return list(await (await self._attach()).journal.remote())
 
     def _ensure_heartbeat(self) -> None:
         if self._heartbeat is None or self._heartbeat.done():

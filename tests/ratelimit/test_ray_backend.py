@@ -117,3 +117,33 @@ def test_permits_of_a_dead_actor_are_released_quietly(ray_backend: Any) -> None:
         ray_backend.kill(config.name)
     assert (beats, held, recreated) == (0, 0, False)
     assert (stats.acquires, stats.releases, stats.held) == (1, 0, 1)
+
+
+def test_the_actor_is_looked_up_off_the_event_loop(ray_backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Making or finding the named actor waits on Ray's control store: a coroutine does it in a thread, so the
+    caller's event loop (every other rollout of the worker) is not held up meanwhile."""
+    import threading
+
+    threads: list[threading.Thread] = []
+    real = ray_backend.get_actor
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ray_backend, "get_actor", recording)
+    config = LimiterConfig(name=f"attach-{uuid.uuid4().hex[:8]}", limit=1)
+
+    async def main() -> threading.Thread:
+        client = ray_backend.RayLimiter(config)
+        async with client.slot():
+            pass
+        await client.aclose()
+        return threading.current_thread()
+
+    try:
+        loop_thread = asyncio.run(main())
+    finally:
+        ray_backend.kill(config.name)
+    assert len(threads) == 1
+    assert threads[0] is not loop_thread
