@@ -119,6 +119,15 @@ def classify(body: Any) -> Outcome:
     return Outcome(stdout + stderr, "success" if run_result.get("return_code") == 0 else "runtime_error")
 
 
+def parse_body(raw: bytes) -> Any:
+    """The JSON of a 200 answer; :class:`InfraFault` for anything that is not (invalid UTF-8 is replaced, not an
+    error: the JSON around it decides; nesting deep enough to exhaust the parser's recursion is malformed too)."""
+    try:
+        return json.loads(raw.decode("utf-8", errors="replace"))
+    except (ValueError, RecursionError):
+        raise InfraFault("malformed answer") from None
+
+
 class SandboxFusionTool(BaseTool):
     """Runs code through Sandbox Fusion's ``/run_code`` with retries, limits and honest fault reporting."""
 
@@ -244,7 +253,9 @@ class SandboxFusionTool(BaseTool):
         outcome: CallOutcome = "error"
         try:
             async with self._session.post(self.url, json=payload, timeout=client_timeout) as response:
-                text = await response.text()
+                # Bytes, not ``response.text()``: a body that is not UTF-8, or names a charset Python lacks, must be a
+                # malformed answer (or just a status), never a decoding exception out of ``execute``.
+                raw = await response.read()
                 outcome = "ok" if response.status == 200 else "throttled" if response.status == 429 else "error"
                 if response.status != 200:
                     raise InfraFault(
@@ -256,11 +267,7 @@ class SandboxFusionTool(BaseTool):
             raise InfraFault(f"{type(exc).__name__}: {exc}"[:200]) from None
         finally:
             await return_permit(limiter, permit, outcome)  # adaptive limiters shrink on 429s
-        try:
-            body = json.loads(text)
-        except json.JSONDecodeError:
-            raise InfraFault("malformed answer") from None
-        return classify(body)
+        return classify(parse_body(raw))
 
     async def release(self, instance_id: str, **kwargs: Any) -> None:
         self._instances.pop(instance_id, None)

@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RECORDED = json.loads((ROOT / "fixtures/reference/sandbox_fusion/verl_071_tool_outputs.json").read_text())
 RUN_CODE = "sandbox_fusion.run_code"
 FAST_RETRY = {"max_attempts": 4, "base_delay": 0.01, "max_delay": 0.05}
+JSON = {"Content-Type": "application/json"}
 
 
 def make_tool(url: str, **config: Any) -> SandboxFusionTool:
@@ -161,3 +162,46 @@ def test_bad_config_is_a_clear_error() -> None:
         SandboxFusionTool({"type": "native", "sandbox_fusion_url": "http://x/run_code", "rate_limit": 0})
     with pytest.raises(ValueError, match="unknown key"):
         SandboxFusionTool({"type": "native", "sandbox_fusion_url": "http://x/run_code", "retry": {"tries": 3}})
+
+
+#: Answers no Sandbox Fusion gives, but a proxy, a broken deployment or a corrupted body can: ``(status, headers,
+#: body, the fault reason the model is told)``. Invalid UTF-8 is replaced, so the first is judged on its JSON.
+BAD_BODIES: dict[str, tuple[int, dict[str, str], bytes, str]] = {
+    "not_utf8_200": (200, JSON, b'{"status": "Success", "x": "\xff\xfe"}', "answer without run_result"),
+    "not_utf8_429_html": (429, {"Content-Type": "text/html"}, b"\xff\xfe Too Many Requests", "HTTP 429"),
+    "unknown_charset": (200, {"Content-Type": "application/json; charset=bogus-enc"}, b"{}", "malformed answer"),
+    "nested_100k_deep": (200, JSON, b"[" * 100_000 + b"]" * 100_000, "malformed answer"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_BODIES))
+def test_malformed_bodies_are_infra_faults_not_exceptions(case: str) -> None:
+    from aiohttp import web
+
+    status, headers, body, reason = BAD_BODIES[case]
+    served = 0
+
+    async def handler(request: web.Request) -> web.Response:
+        nonlocal served
+        served += 1
+        return web.Response(status=status, headers=headers, body=body)
+
+    async def main() -> tuple[str | None, dict[str, Any]]:
+        app = web.Application()
+        app.router.add_post("/run_code", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        tool = make_tool(f"http://127.0.0.1:{port}/run_code", rate_limiter={"backend": "local"})
+        try:
+            response, _, metrics = await tool.execute("i", {"code": "print(1)"})
+        finally:
+            await tool.aclose()
+            await runner.cleanup()
+        return response.text, metrics
+
+    text, metrics = asyncio.run(main())
+    assert text == INFRA_FAULT_OBSERVATION.format(reason=reason)
+    assert metrics["status"] == "infra_fault" and metrics["attempts"] == served == FAST_RETRY["max_attempts"]
