@@ -31,9 +31,11 @@ from typing import Any
 from uuid import uuid4
 
 import aiohttp
+from aiohttp.helpers import get_env_proxy_for_url
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from verl.utils.reward_score.sandbox_fusion.utils import SUPPORTED_LANGUAGES
+from yarl import URL
 
 from harness.ratelimit import AsyncLimiter, ConcurrencyLimiter, LimiterConfig, open_limiter, ray_ready
 from harness.ratelimit import Outcome as CallOutcome
@@ -119,6 +121,19 @@ def classify(body: Any) -> Outcome:
     return Outcome(stdout + stderr, "success" if run_result.get("return_code") == 0 else "runtime_error")
 
 
+def env_proxy(url: str) -> tuple[URL | None, aiohttp.BasicAuth | None]:
+    """The proxy the environment names for ``url`` (``HTTP_PROXY``/``HTTPS_PROXY``, unless ``NO_PROXY`` exempts its
+    host), as verl's ``requests.post`` would use, or ``(None, None)``.
+
+    Looked up once per session rather than by ``trust_env=True``: that repeats the lookup (and a ``~/.netrc`` read) in
+    a worker thread before every request, a third of a millisecond a call on a path that costs about as much again,
+    while the tool only ever posts to this one URL."""
+    try:
+        return get_env_proxy_for_url(URL(url))
+    except LookupError:  # none named, or NO_PROXY exempts the host
+        return None, None
+
+
 def parse_body(raw: bytes) -> Any:
     """The JSON of a 200 answer; :class:`InfraFault` for anything that is not (invalid UTF-8 is replaced, not an
     error: the JSON around it decides; nesting deep enough to exhaust the parser's recursion is malformed too)."""
@@ -158,6 +173,8 @@ class SandboxFusionTool(BaseTool):
         self._instances: dict[str, dict[str, Any]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._proxy: URL | None = None
+        self._proxy_auth: aiohttp.BasicAuth | None = None
         self._workers: ConcurrencyLimiter | None = None
         self._limiter: AsyncLimiter | None = None
 
@@ -168,6 +185,7 @@ class SandboxFusionTool(BaseTool):
             return
         self._loop = loop
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        self._proxy, self._proxy_auth = env_proxy(self.url)
         self._workers = ConcurrencyLimiter(self.num_workers)
         # The in-flight cap: cluster-wide (ray, redis) or shared by every caller of this tool object (local).
         self._limiter = self._open_limiter() if self.enable_global_rate_limit else None
@@ -252,7 +270,10 @@ class SandboxFusionTool(BaseTool):
             raise InfraFault(exc.reason, retryable=exc.retryable) from None
         outcome: CallOutcome = "error"
         try:
-            async with self._session.post(self.url, json=payload, timeout=client_timeout) as response:
+            post = self._session.post(
+                self.url, json=payload, timeout=client_timeout, proxy=self._proxy, proxy_auth=self._proxy_auth
+            )
+            async with post as response:
                 # Bytes, not ``response.text()``: a body that is not UTF-8, or names a charset Python lacks, must be a
                 # malformed answer (or just a status), never a decoding exception out of ``execute``.
                 raw = await response.read()

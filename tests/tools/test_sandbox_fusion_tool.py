@@ -205,3 +205,62 @@ def test_malformed_bodies_are_infra_faults_not_exceptions(case: str) -> None:
     text, metrics = asyncio.run(main())
     assert text == INFRA_FAULT_OBSERVATION.format(reason=reason)
     assert metrics["status"] == "infra_fault" and metrics["attempts"] == served == FAST_RETRY["max_attempts"]
+
+
+def _clear_proxy_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+
+
+def _proxy_call(url: str | None, monkeypatch: pytest.MonkeyPatch, **env: str) -> tuple[str | None, list[str]]:
+    """One call through a tool whose environment is ``env``; a local server stands for both the proxy (``HTTP_PROXY``
+    names it) and the service (``url``: None for the server's own /run_code). Returns the text and what it saw."""
+    from aiohttp import web
+
+    seen: list[str] = []
+    answer = {
+        "status": "Success",
+        "message": "",
+        "compile_result": None,
+        "run_result": {"status": "Finished", "return_code": 0, "stdout": "via proxy\n", "stderr": ""},
+    }
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(str(request.url))
+        return web.json_response(answer)
+
+    async def main() -> str | None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        local = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        _clear_proxy_env(monkeypatch)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value.replace("LOCAL", local))
+        tool = make_tool(url or f"{local}/run_code", rate_limiter={"backend": "local"})
+        try:
+            response, _, _ = await tool.execute("i", {"code": "print(1)"})
+        finally:
+            await tool.aclose()
+            await runner.cleanup()
+        return response.text
+
+    return asyncio.run(main()), seen
+
+
+def test_http_proxy_from_the_environment_is_used_as_verl_requests_uses_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """verl's ``requests.post`` goes through ``HTTP_PROXY``; so does the tool (a host only the proxy can reach)."""
+    url = "http://sandbox-fusion.internal.invalid:8080/run_code"
+    text, seen = _proxy_call(url, monkeypatch, HTTP_PROXY="LOCAL")
+    assert text == "via proxy\n"
+    assert seen == [url]
+
+
+def test_no_proxy_exempts_its_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The proxy named is a closed port: only a direct call can succeed.
+    text, seen = _proxy_call(None, monkeypatch, HTTP_PROXY="http://127.0.0.1:9", NO_PROXY="localhost,127.0.0.1")
+    assert text == "via proxy\n" and len(seen) == 1
