@@ -1,7 +1,8 @@
 """Validation of the tools' YAML config (``config:`` of a verl tool entry) and of model-given call arguments.
 
 A bad config value is a :class:`ValueError` naming the key when the tool is built; a bad value in a tool call (the
-model's doing) falls back to the configured default instead, so nothing the model writes raises out of ``execute``.
+model's doing) falls back to the configured default, or is answered with an observation that says what is wrong, so
+nothing the model writes raises out of ``execute``.
 """
 
 from __future__ import annotations
@@ -87,6 +88,31 @@ def model_timeout(value: object, default: float) -> float:
     if not (math.isfinite(seconds) and seconds > 0 and math.isfinite(2 * seconds + 10)):
         return default
     return seconds
+
+
+def arguments_problem(parameters: object) -> str | None:
+    """Why a tool call's arguments cannot be used, or None. verl passes whatever ``json.loads`` made of the model's
+    arguments: a string, a list or null as well as the object the schema asks for."""
+    if isinstance(parameters, Mapping):
+        return None
+    return f'expected a JSON object such as {{"code": "print(1)"}}, got {json_kind(parameters)}'
+
+
+def json_kind(value: object) -> str:
+    """``value``'s JSON type in words, for a message to the model."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    if isinstance(value, Mapping):
+        return "an object"
+    return type(value).__name__
 
 
 def _is_int(value: object) -> bool:

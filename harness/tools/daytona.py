@@ -35,14 +35,16 @@ from harness.daytona_states import on_its_way_out
 from harness.ratelimit import AsyncLimiter, Outcome
 from harness.tools.config import (
     VERL_KEYS,
+    arguments_problem,
     check_keys,
     flag,
     int_at_least,
+    json_kind,
     model_timeout,
     positive_int,
     timeout_seconds,
 )
-from harness.tools.observations import INFRA_FAULT_OBSERVATION
+from harness.tools.observations import INFRA_FAULT_OBSERVATION, INVALID_ARGUMENTS_OBSERVATION
 from harness.tools.permits import LimiterUnavailable, return_permit, take_permit
 from harness.tools.retry import RetryPolicy, retry_after_seconds
 from harness.tools.sandbox_fusion import DEFAULT_SCHEMA, limiter_settings, open_tool_limiter
@@ -398,6 +400,13 @@ class DaytonaTool(BaseTool):
     ) -> tuple[ToolResponse, float, dict[str, Any]]:
         from daytona import DaytonaTimeoutError
 
+        problem = arguments_problem(parameters)
+        if problem is None:
+            envs, problem = model_envs(parameters.get("envs"))
+        if problem is not None:  # the model's mistake: said once, nothing retried, no sandbox touched
+            text = INVALID_ARGUMENTS_OBSERVATION.format(tool=self.name, problem=problem)
+            refused = {"status": "invalid_arguments", "infra_fault": None, "sandbox_id": None, "attempts": 0}
+            return ToolResponse(text=text), 0.0, refused
         self._bind_loop()
         code = parameters.get("code", "")
         code = code if isinstance(code, str) else str(code)
@@ -406,7 +415,6 @@ class DaytonaTool(BaseTool):
         # Not a finite positive number ("inf", "nan", -5, "soon"): the default, never an exception out of execute.
         timeout = model_timeout(parameters.get("timeout", self.default_timeout), self.default_timeout)
         applied = max(1, round(timeout))  # the interpreter takes whole seconds
-        envs = parameters.get("envs") if isinstance(parameters.get("envs"), dict) else None
         if self.scope == "trajectory":
             agent_data = kwargs.get("agent_data")
             request_id = str(getattr(agent_data, "request_id", None) or instance_id)
@@ -463,6 +471,19 @@ class DaytonaTool(BaseTool):
             await self._limiter.aclose()
         self._client = None
         self._loop = None
+
+
+def model_envs(value: object) -> tuple[dict[str, str] | None, str | None]:
+    """``(envs, None)`` from a call's ``envs`` (absent or null: none), or ``(None, problem)``: the interpreter takes
+    names mapped to strings only, and anything else would fail every attempt as if the service had."""
+    if value is None:
+        return None, None
+    if isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        return value, None
+    if isinstance(value, dict):
+        bad = next(k for k, v in value.items() if not isinstance(k, str) or not isinstance(v, str))
+        return None, f"envs values must be strings, got {json_kind(value[bad])} for {bad!r}"
+    return None, f"envs must be an object mapping names to strings, got {json_kind(value)}"
 
 
 def _infra(reason: str, attempts: int, sandbox_id: str | None = None) -> tuple[ToolResponse, float, dict[str, Any]]:

@@ -12,3 +12,6 @@ NO_STDOUT = "no stdout here"
 INFRA_FAULT_OBSERVATION = (
     "Sandbox unavailable: the code sandbox service failed ({reason}); the program's output is unknown."
 )
+#: What the model sees when its call's arguments cannot be used (not a JSON object, say); no sandbox is called. Worded
+#: as verl's own answer to arguments that are not JSON (``Invalid JSON in arguments for '<tool>': ...``).
+INVALID_ARGUMENTS_OBSERVATION = "Invalid arguments for '{tool}': {problem}"

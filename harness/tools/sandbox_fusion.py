@@ -39,8 +39,16 @@ from yarl import URL
 
 from harness.ratelimit import AsyncLimiter, ConcurrencyLimiter, LimiterConfig, open_limiter, ray_ready
 from harness.ratelimit import Outcome as CallOutcome
-from harness.tools.config import VERL_KEYS, check_keys, flag, model_timeout, positive_int, timeout_seconds
-from harness.tools.observations import INFRA_FAULT_OBSERVATION, NO_STDOUT
+from harness.tools.config import (
+    VERL_KEYS,
+    arguments_problem,
+    check_keys,
+    flag,
+    model_timeout,
+    positive_int,
+    timeout_seconds,
+)
+from harness.tools.observations import INFRA_FAULT_OBSERVATION, INVALID_ARGUMENTS_OBSERVATION, NO_STDOUT
 from harness.tools.permits import LimiterUnavailable, return_permit, take_permit
 from harness.tools.retry import RetryPolicy, retry_after_seconds
 from harness.urls import url_problem
@@ -201,6 +209,10 @@ class SandboxFusionTool(BaseTool):
     async def execute(
         self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
     ) -> tuple[ToolResponse, float, dict[str, Any]]:
+        problem = arguments_problem(parameters)
+        if problem is not None:  # verl hands over whatever json.loads made of the model's arguments
+            text = INVALID_ARGUMENTS_OBSERVATION.format(tool=self.name, problem=problem)
+            return ToolResponse(text=text), 0.0, _no_call_metrics("invalid_arguments")
         code = parameters.get("code", "")
         # Not a finite positive number ("inf", "nan", -5, "soon"): the default, never an exception or a NaN on the wire.
         timeout = model_timeout(parameters.get("timeout", self.default_timeout), self.default_timeout)
@@ -210,7 +222,7 @@ class SandboxFusionTool(BaseTool):
         if instance_id in self._instances:
             self._instances[instance_id]["calls"] += 1
         if language not in SUPPORTED_LANGUAGES:
-            return ToolResponse(text=NO_STDOUT), 0.0, {"status": "invalid_language", "attempts": 0}
+            return ToolResponse(text=NO_STDOUT), 0.0, _no_call_metrics("invalid_language")
         self._bind_loop()
         assert self._workers is not None
         async with self._workers.slot():
@@ -300,6 +312,11 @@ class SandboxFusionTool(BaseTool):
             await self._session.close()
             self._session = None
             self._loop = None
+
+
+def _no_call_metrics(status: str) -> dict[str, Any]:
+    """The metrics of a call answered without calling the service (the model's mistake): every documented key."""
+    return {"status": status, "attempts": 0, "retry_wait_s": 0.0, "latency_s": 0.0, "infra_fault": None}
 
 
 _warned_local_fallback = False

@@ -86,7 +86,13 @@ def test_program_outcomes_are_shown_as_verl_071_showed_them(
 def test_unsupported_language_makes_no_call(sandbox_fusion_url: str, emulator_journal: Journal) -> None:
     text, metrics = call(make_tool(sandbox_fusion_url), {"code": "print(1)", "language": "python3"})
     assert text == NO_STDOUT == RECORDED["unsupported_language_client_side"]["tool_text"]
-    assert metrics["status"] == "invalid_language"
+    assert metrics == {
+        "status": "invalid_language",
+        "attempts": 0,
+        "retry_wait_s": 0.0,
+        "latency_s": 0.0,
+        "infra_fault": None,
+    }
     assert emulator_journal.entries() == []
 
 

@@ -247,3 +247,61 @@ def test_daytona_bad_model_timeout_falls_back_and_reports_the_applied_timeout(
     # -5 is not a timeout: the default (1 s) applies, and the model is told the timeout actually applied.
     assert results[-1] == ("Execution timed out after 1 seconds.", "timeout")
     assert [record.id for record in sandbox_emulator.emulator.daytona_report().leaked] == []
+
+
+#: Arguments verl hands a tool when the model's JSON is not an object: ``json.loads`` made them, and verl passes them
+#: on as they are.
+NOT_AN_OBJECT = [("print(1)", "a string"), (["print(1)"], "an array"), (None, "null"), (5, "a number")]
+
+
+def _one_call(tool: Any, parameters: Any) -> tuple[str | None, dict[str, Any]]:
+    async def main() -> tuple[str | None, dict[str, Any]]:
+        try:
+            instance_id, _ = await tool.create()
+            response, _, metrics = await tool.execute(instance_id, parameters)
+            await tool.release(instance_id)
+        finally:
+            await tool.aclose()
+        return response.text, metrics
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize(("arguments", "kind"), NOT_AN_OBJECT, ids=[kind for _, kind in NOT_AN_OBJECT])
+@pytest.mark.parametrize("backend", ["sandbox_fusion", "daytona"])
+def test_arguments_that_are_not_an_object_get_an_observation(backend: str, arguments: Any, kind: str) -> None:
+    from harness.tools.observations import INVALID_ARGUMENTS_OBSERVATION
+
+    # Nothing listens at the tools' URLs: an answer that is not the observation would be an infrastructure fault.
+    tool = make_sandbox_fusion() if backend == "sandbox_fusion" else make_daytona(sandbox_scope="trajectory")
+    text, metrics = _one_call(tool, arguments)
+    problem = f'expected a JSON object such as {{"code": "print(1)"}}, got {kind}'
+    assert text == INVALID_ARGUMENTS_OBSERVATION.format(tool="code_interpreter", problem=problem)
+    assert metrics["status"] == "invalid_arguments" and metrics["attempts"] == 0 and metrics["infra_fault"] is None
+
+
+@pytest.mark.parametrize(
+    ("envs", "problem"),
+    [
+        ({"A": 1}, "envs values must be strings, got a number for 'A'"),
+        ({"A": "1", "B": None}, "envs values must be strings, got null for 'B'"),
+        (["A=1"], "envs must be an object mapping names to strings, got an array"),
+        ("A=1", "envs must be an object mapping names to strings, got a string"),
+    ],
+)
+def test_daytona_envs_that_are_not_strings_are_the_models_error(envs: Any, problem: str) -> None:
+    """Forwarded, ``{"A": 1}`` fails every attempt and reads as a service fault after the retry budget."""
+    from harness.tools.observations import INVALID_ARGUMENTS_OBSERVATION
+
+    text, metrics = _one_call(make_daytona(sandbox_scope="trajectory"), {"code": "print(1)", "envs": envs})
+    assert text == INVALID_ARGUMENTS_OBSERVATION.format(tool="code_interpreter", problem=problem)
+    assert metrics["status"] == "invalid_arguments" and metrics["attempts"] == 0
+
+
+def test_daytona_string_envs_reach_the_program(sandbox_emulator: EmulatorServer) -> None:
+    tool = make_daytona(sandbox_emulator.url + "/api", sandbox_emulator.emulator.config.daytona.api_key)
+    code = "import os; print(os.environ.get('A'))"
+    text, metrics = _one_call(tool, {"code": code, "envs": {"A": "1"}})
+    assert (text, metrics["status"]) == ("1\n", "success")
+    text, metrics = _one_call(tool, {"code": code, "envs": None})
+    assert (text, metrics["status"]) == ("None\n", "success")
