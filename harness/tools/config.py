@@ -74,6 +74,35 @@ def timeout_seconds(config: Mapping[str, Any], key: str, default: float) -> floa
     return value
 
 
+def optional_text(config: Mapping[str, Any], key: str, secret: bool = False) -> str | None:
+    """A string setting that may be left out (absent, null or empty: None); any other type is refused here rather
+    than by the SDK's validation on every create. A ``secret``'s value is not repeated in the message."""
+    value = config.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        shown = type(value).__name__ if secret else repr(value)
+        raise ValueError(f"tool config {key!r} must be a string, got {shown}")
+    return value
+
+
+def text_mapping(config: Mapping[str, Any], key: str) -> dict[str, str]:
+    """A mapping of names to strings (numbers are written as strings, as YAML users expect of ``PORT: 8080``);
+    absent or null: empty. Lists (``["A=1"]``), strings, nulls, bools and nested values are refused: YAML's
+    ``true`` would become ``"True"``."""
+    value = config.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"tool config {key!r} must be a mapping of names to strings, got {value!r}")
+    out: dict[str, str] = {}
+    for name, item in value.items():
+        if not isinstance(name, str) or not (isinstance(item, str) or is_number(item)):
+            raise ValueError(f"tool config {key!r} must map names to strings, got {name!r}: {item!r}")
+        out[name] = str(item)
+    return out
+
+
 def model_timeout(value: object, default: float) -> float:
     """The timeout a tool call asked for, or ``default`` when it is not a finite positive number.
 

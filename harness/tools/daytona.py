@@ -41,13 +41,16 @@ from harness.tools.config import (
     int_at_least,
     json_kind,
     model_timeout,
+    optional_text,
     positive_int,
+    text_mapping,
     timeout_seconds,
 )
 from harness.tools.observations import INFRA_FAULT_OBSERVATION, INVALID_ARGUMENTS_OBSERVATION
 from harness.tools.permits import LimiterUnavailable, return_permit, take_permit
 from harness.tools.retry import RetryPolicy, retry_after_seconds
 from harness.tools.sandbox_fusion import DEFAULT_SCHEMA, limiter_settings, open_tool_limiter
+from harness.urls import url_problem
 
 #: What the model sees when its program ran past the timeout (interrupted: the context keeps its state, unless the
 #: program ignored the interrupt and was killed).
@@ -121,13 +124,18 @@ class DaytonaTool(BaseTool):
         schema = tool_schema or OpenAIFunctionToolSchema.model_validate(DEFAULT_SCHEMA)
         super().__init__(config, schema)
         check_keys(config, CONFIG_KEYS, "the DaytonaTool config")
-        self.api_key = config.get("api_key") or os.environ.get("DAYTONA_API_KEY")
-        self.jwt_token = config.get("jwt_token") or os.environ.get("DAYTONA_JWT_TOKEN")
+        # Strings or nothing: the SDK refuses anything else, but only when the client or a sandbox is made, which
+        # is every call.
+        self.api_key = optional_text(config, "api_key", secret=True) or os.environ.get("DAYTONA_API_KEY")
+        self.jwt_token = optional_text(config, "jwt_token", secret=True) or os.environ.get("DAYTONA_JWT_TOKEN")
         if not self.api_key and not self.jwt_token:
             raise ValueError("Daytona credentials missing: set api_key or jwt_token, or DAYTONA_API_KEY")
-        self.api_url = config.get("api_url") or os.environ.get("DAYTONA_API_URL")
-        self.target = config.get("target")
-        self.organization_id = config.get("organization_id")
+        self.api_url = optional_text(config, "api_url") or os.environ.get("DAYTONA_API_URL")
+        if self.api_url is not None and url_problem(self.api_url) is not None:  # else every call fails, retried
+            where = "api_url" if optional_text(config, "api_url") else "DAYTONA_API_URL"
+            raise ValueError(f"{where} must be the http(s) URL of the Daytona API, got {self.api_url!r}")
+        self.target = optional_text(config, "target")
+        self.organization_id = optional_text(config, "organization_id")
         self.rate_limit = positive_int(config, "rate_limit", 32)
         if "num_workers" in config:  # accepted (configs shared with the Sandbox Fusion tool) but not used
             positive_int(config, "num_workers", 1)
@@ -142,15 +150,17 @@ class DaytonaTool(BaseTool):
         # ("never delete") is refused: auto-delete is the last backstop against leaked sandboxes.
         self.auto_stop_interval = int_at_least(config, "auto_stop_interval", 15, 0)
         self.auto_delete_interval = int_at_least(config, "auto_delete_interval", 30, 0)
-        self.name_prefix = str(config.get("name_prefix", "verl-daytona"))
+        self.name_prefix = optional_text({"name_prefix": "verl-daytona", **config}, "name_prefix")
+        if self.name_prefix is None:
+            raise ValueError("tool config 'name_prefix' must be a non-empty string")
         self.language = str(config.get("language", "python"))
         if self.language != "python":
             raise ValueError(
                 f"DaytonaTool runs python only (the interpreter is Python), got language={self.language!r}"
             )
-        self.snapshot = config.get("snapshot")
-        self.labels = {str(k): str(v) for k, v in (config.get("labels") or {}).items()}
-        self.env_vars = {str(k): str(v) for k, v in (config.get("env_vars") or {}).items()}
+        self.snapshot = optional_text(config, "snapshot")
+        self.labels = text_mapping(config, "labels")
+        self.env_vars = text_mapping(config, "env_vars")
         self.scope = str(config.get("sandbox_scope", "call"))
         if self.scope not in ("call", "trajectory"):
             raise ValueError(f"sandbox_scope must be 'call' or 'trajectory', got {self.scope!r}")

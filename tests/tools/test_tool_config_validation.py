@@ -95,6 +95,24 @@ DAYTONA_BAD: list[tuple[dict[str, Any], str]] = [
     ({"auto_delete_interval": True}, "auto_delete_interval"),
     ({"sandbox_scop": "call"}, "sandbox_scop"),
     ({"memory_limit_mb": 1024}, "memory_limit_mb"),  # a Sandbox Fusion key
+    # Each raised AttributeError when the tool was built, or passed the build and failed every create.
+    ({"labels": ["a"]}, "labels"),
+    ({"labels": "a=b"}, "labels"),
+    ({"labels": {"a": None}}, "labels"),
+    ({"labels": {"a": {"b": "c"}}}, "labels"),
+    ({"env_vars": ["A=1"]}, "env_vars"),
+    ({"env_vars": {"A": None}}, "env_vars"),
+    ({"env_vars": {"A": True}}, "env_vars"),
+    ({"api_key": 123}, "api_key"),
+    ({"jwt_token": ["t"]}, "jwt_token"),
+    ({"target": 5}, "target"),
+    ({"snapshot": 5}, "snapshot"),
+    ({"organization_id": 5}, "organization_id"),
+    ({"name_prefix": None}, "name_prefix"),
+    ({"name_prefix": ""}, "name_prefix"),
+    ({"api_url": "not a url"}, "api_url"),
+    ({"api_url": "127.0.0.1:3000/api"}, "api_url"),
+    ({"api_url": 5}, "api_url"),
 ]
 
 
@@ -163,6 +181,15 @@ def test_good_configs_are_accepted() -> None:
         rate_limiter={"backend": "local", "adaptive": {"decrease_factor": 0.5, "cooldown_s": 0}},
     )
     assert (daytona.normalize, daytona.auto_stop_interval, daytona.auto_delete_interval) == (True, 0, 0)
+    daytona = make_daytona(labels={"team": "rl", "run": 7}, env_vars={"PORT": 8080, "MODE": "x"}, snapshot="snap")
+    assert daytona.labels == {"team": "rl", "run": "7"} and daytona.env_vars == {"PORT": "8080", "MODE": "x"}
+    assert (daytona.snapshot, make_daytona(target="eu", labels=None).target) == ("snap", "eu")
+
+
+def test_a_secret_of_the_wrong_type_is_not_repeated_in_the_error() -> None:
+    with pytest.raises(ValueError, match="'api_key' must be a string, got int") as raised:
+        make_daytona(api_key=123456789)
+    assert "123456789" not in str(raised.value)
 
 
 def test_retry_policy_and_adaptive_limiter_directly() -> None:
