@@ -56,6 +56,18 @@ from harness.urls import url_problem
 #: program ignored the interrupt and was killed).
 TIMEOUT_OBSERVATION = "Execution timed out after {timeout:g} seconds."
 
+#: Appended to what the program wrote when its interpreter process ended during the run (``os._exit``, a signal, an
+#: out-of-memory kill): the program's outcome, as Sandbox Fusion reports a killed program as a runtime error.
+WORKER_ENDED_OBSERVATION = (
+    "\nThe interpreter's process ended during the run (the code exited it, or it was killed: out of memory, say); "
+    "variables from earlier calls are gone."
+)
+
+#: How the SDK words the daemon's close when the interpreter's worker process ends (``CloseGoingAway``, reason
+#: ``worker process ended``): ``DaytonaConnectionError("<reason> (close code <code>)")``, no status. Other 1001s
+#: (``context shutdown``, a proxy going away) and closes without a reason are connection losses.
+WORKER_ENDED_CLOSE = "worker process ended (close code 1001)"
+
 #: The keys a :class:`DaytonaTool` config may have (any other is a typo, refused with a suggestion). ``num_workers``
 #: is accepted, unused, so one config can serve both tools.
 CONFIG_KEYS = VERL_KEYS | {
@@ -107,6 +119,28 @@ class _Infra(Exception):
         self.retry_after = retry_after
         self.retryable = retryable
         self.status = status
+
+
+class _WorkerEnded(Exception):
+    """The program's interpreter process ended during the run: the program's outcome, not retried."""
+
+
+class _Output:
+    """What one run printed, gathered as its frames arrive: the SDK drops it when the socket closes abnormally."""
+
+    def __init__(self) -> None:
+        self.stdout: list[str] = []
+        self.stderr: list[str] = []
+        self.error: Any = None
+
+    def on_stdout(self, message: Any) -> None:
+        self.stdout.append(str(getattr(message, "output", "")))
+
+    def on_stderr(self, message: Any) -> None:
+        self.stderr.append(str(getattr(message, "output", "")))
+
+    def on_error(self, error: Any) -> None:
+        self.error = error
 
 
 @dataclass
@@ -223,6 +257,9 @@ class DaytonaTool(BaseTool):
             raise _Infra(f"HTTP {status}" if status is not None else "timeout", None, True) from None
         except DaytonaError as exc:
             status = getattr(exc, "status_code", None)
+            if program and status is None and WORKER_ENDED_CLOSE in str(exc):
+                outcome = "ok"  # the service did its part
+                raise _WorkerEnded() from None
             raw_headers = getattr(exc, "headers", None)
             cause = exc.__cause__
             if status is None and cause is not None:
@@ -436,29 +473,35 @@ class DaytonaTool(BaseTool):
         sandbox = slot.sandbox
         metrics: dict[str, Any] = {"sandbox_id": sandbox.id, "infra_fault": None}
         attempts = [0]
-        try:
-            result = await self._with_retries(
-                lambda: sandbox.code_interpreter.run_code(code, timeout=applied, envs=envs),
-                attempts,
-                program=True,
+        output = _Output()
+
+        async def run() -> Any:
+            nonlocal output
+            output = _Output()  # this attempt's frames only
+            return await sandbox.code_interpreter.run_code(
+                code,
+                timeout=applied,
+                envs=envs,
+                on_stdout=output.on_stdout,
+                on_stderr=output.on_stderr,
+                on_error=output.on_error,
             )
+
+        try:
+            result = await self._with_retries(run, attempts, program=True)
         except DaytonaTimeoutError:
             metrics.update(status="timeout", had_error=False, attempts=attempts[0])
             return ToolResponse(text=TIMEOUT_OBSERVATION.format(timeout=applied)), 0.0, metrics
+        except _WorkerEnded:
+            metrics.update(attempts=attempts[0], worker_ended=True)
+            stdout, stderr = "".join(output.stdout), "".join(output.stderr)
+            text = _program_text(stdout, stderr, output.error, metrics) + WORKER_ENDED_OBSERVATION
+            metrics.update(status="runtime_error", had_error=True)
+            return ToolResponse(text=text), 0.0, metrics
         except _Infra as exc:
             return _infra(exc.reason, attempts[0], sandbox.id)
         metrics["attempts"] = attempts[0]
-        text = (result.stdout or "") + (result.stderr or "")
-        error = result.error
-        if error is not None:
-            text += f"\n{error.name}: {error.value}\n{error.traceback or ''}"
-        metrics.update(
-            status="runtime_error" if error is not None else "success",
-            stdout_chars=len(result.stdout or ""),
-            stderr_chars=len(result.stderr or ""),
-            had_error=error is not None,
-            error_name=error.name if error is not None else None,
-        )
+        text = _program_text(result.stdout or "", result.stderr or "", result.error, metrics)
         return ToolResponse(text=text), 0.0, metrics
 
     async def release(self, instance_id: str, **kwargs: Any) -> None:
@@ -481,6 +524,21 @@ class DaytonaTool(BaseTool):
             await self._limiter.aclose()
         self._client = None
         self._loop = None
+
+
+def _program_text(stdout: str, stderr: str, error: Any, metrics: dict[str, Any]) -> str:
+    """What the model sees of a run that ended (as the recipe's tool shows it), and its metrics."""
+    text = stdout + stderr
+    if error is not None:
+        text += f"\n{error.name}: {error.value}\n{error.traceback or ''}"
+    metrics.update(
+        status="runtime_error" if error is not None else "success",
+        stdout_chars=len(stdout),
+        stderr_chars=len(stderr),
+        had_error=error is not None,
+        error_name=error.name if error is not None else None,
+    )
+    return text
 
 
 def model_envs(value: object) -> tuple[dict[str, str] | None, str | None]:

@@ -18,7 +18,7 @@ pytest.importorskip("verl", reason="needs the [verl] extra")
 from verl.tools.tool_registry import initialize_tools_from_config
 
 from emulator.server import EmulatorServer
-from harness.tools.daytona import TIMEOUT_OBSERVATION, DaytonaTool, normalize_code
+from harness.tools.daytona import TIMEOUT_OBSERVATION, WORKER_ENDED_OBSERVATION, DaytonaTool, normalize_code
 from harness.tools.observations import INFRA_FAULT_OBSERVATION
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -282,3 +282,70 @@ def test_a_create_that_timed_out_while_creating_is_adopted_or_swept(attempts: in
             assert deletes[-1] == 200 and set(deletes[:-1]) == {409} and len(deletes) >= 2
         assert tool.undeleted == []
         assert leaked(server) == []
+
+
+@pytest.mark.parametrize(
+    "ending", ["import os, signal; os.kill(os.getpid(), signal.SIGKILL)", "import os; os._exit(3)"]
+)
+def test_a_program_that_ends_its_interpreter_gets_its_outcome_once(
+    sandbox_emulator: EmulatorServer, ending: str
+) -> None:
+    """The daemon closes the socket with 1001 ``worker process ended`` (the SDK's DaytonaConnectionError): the
+    program's doing, shown once with what it printed, not retried as a lost connection."""
+    tool = make_tool(sandbox_emulator, sandbox_scope="trajectory")
+
+    async def main() -> list[tuple[str | None, dict[str, Any]]]:
+        agent_data: Any = AgentData("ends-its-worker")
+        out = []
+        for code in ("x = 1", f"print('hi', flush=True)\n{ending}", "print('x' in globals())"):
+            instance_id, _ = await tool.create()
+            response, _, metrics = await tool.execute(instance_id, {"code": code}, agent_data=agent_data)
+            await tool.release(instance_id)
+            out.append((response.text, metrics))
+        await tool.aclose()
+        return out
+
+    _, (text, metrics), (after, _) = asyncio.run(main())
+    assert text == "hi\n" + WORKER_ENDED_OBSERVATION
+    assert metrics["status"] == "runtime_error" and metrics["attempts"] == 1 and metrics["worker_ended"]
+    assert metrics["infra_fault"] is None and metrics["stdout_chars"] == 3
+    assert after == "False\n"  # a fresh interpreter process: the state is gone, as the observation said
+    assert len(sandbox_emulator.emulator.journal.entries("daytona.interpreter.execute")) == 3
+    assert leaked(sandbox_emulator) == []
+
+
+@pytest.mark.parametrize(
+    ("message", "program_outcome"),
+    [
+        ("Failed to run code: worker process ended (close code 1001)", True),
+        ("Failed to run code: context shutdown (close code 1001)", False),  # the context was deleted: not the program
+        ("Failed to run code: WebSocket connection closed unexpectedly (close code 1001)", False),
+        ("Failed to run code: WebSocket connection closed unexpectedly (close code 1006)", False),
+    ],
+)
+def test_only_the_workers_own_close_is_the_programs_outcome(message: str, program_outcome: bool) -> None:
+    from daytona.common.errors import DaytonaConnectionError
+
+    from harness.tools import daytona as module
+
+    tool = make_tool_offline()
+
+    async def make() -> None:
+        raise DaytonaConnectionError(message)
+
+    async def main() -> None:
+        tool._bind_loop()
+        try:
+            expected = module._WorkerEnded if program_outcome else module._Infra
+            with pytest.raises(expected):
+                await tool._limited(make, program=True)
+        finally:
+            await tool.aclose()
+
+    asyncio.run(main())
+
+
+def make_tool_offline(**config: Any) -> DaytonaTool:
+    """A tool whose API nothing answers (for what never reaches it)."""
+    base = {"type": "native", "api_url": "http://127.0.0.1:9/api", "api_key": "k", "retry": FAST_RETRY}
+    return DaytonaTool({**base, "rate_limiter": {"backend": "local"}, **config})
