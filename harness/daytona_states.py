@@ -18,3 +18,9 @@ def on_its_way_out(sandbox: Any) -> bool:
         if "destroy" in str(getattr(value, "value", value) or "").lower():
             return True
     return False
+
+
+def errored(sandbox: Any) -> bool:
+    """True for a sandbox in ``error`` or ``build_failed``: it will not start, so it is deleted, never adopted."""
+    value = getattr(sandbox, "state", None)
+    return str(getattr(value, "value", value) or "").lower() in ("error", "build_failed")

@@ -31,7 +31,7 @@ from uuid import uuid4
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
-from harness.daytona_states import on_its_way_out
+from harness.daytona_states import errored, on_its_way_out
 from harness.ratelimit import AsyncLimiter, Outcome
 from harness.tools.config import (
     VERL_KEYS,
@@ -274,6 +274,8 @@ class DaytonaTool(BaseTool):
             headers = {str(k): str(v) for k, v in (raw_headers or {}).items()}
             retryable = status is None or status in self.retry.retry_statuses
             reason = f"HTTP {status}" if status is not None else type(exc).__name__
+            if "entered error state" in str(exc):  # the SDK's words carry the sandbox's errorReason: keep them
+                reason = str(exc)[:300]
             raise _Infra(reason, retry_after_seconds(headers), retryable, status) from None
         except (OSError, asyncio.TimeoutError) as exc:
             raise _Infra(f"{type(exc).__name__}: {exc}"[:200]) from None
@@ -303,28 +305,37 @@ class DaytonaTool(BaseTool):
         from daytona import CreateSandboxFromSnapshotParams, DaytonaError
 
         labels = {**self.labels, "framework": "verl", "backend": "daytona", "tool": self.name, "instance_id": owner}
-        params = CreateSandboxFromSnapshotParams(
-            name=f"{self.name_prefix}-{owner[:8]}-{uuid4().hex[:6]}",
-            language="python",
-            snapshot=self.snapshot,
-            env_vars=self.env_vars or None,
-            labels=labels,
-            auto_stop_interval=self.auto_stop_interval,
-            auto_delete_interval=self.auto_delete_interval,
-        )
         attempts = [0]
         maybe_created = [False]
 
         async def create_or_adopt() -> Any:
             # A failed attempt may still have created the sandbox (its answer lost to a reset, a timeout, a gateway
-            # 502/504). Creating blindly again would leak it, or clash on its name: look before re-creating.
+            # 502/504). Creating blindly again would leak it: look before re-creating.
             if maybe_created[0]:
-                existing = [s for s in await self._owned(owner) if not on_its_way_out(s)]
+                existing = []
+                for found in await self._owned(owner):
+                    if on_its_way_out(found):
+                        continue
+                    if errored(found):  # it will never start: deleted now (the sweep retries a failed delete)
+                        with contextlib.suppress(DaytonaError):
+                            await found.delete(timeout=self.delete_timeout)
+                        continue
+                    existing.append(found)
                 if existing:
                     # The earlier attempt's sandbox may still be creating (its create timed out on our side).
                     if str(getattr(existing[0].state, "value", existing[0].state)) != "started":
                         await existing[0].wait_for_sandbox_start(timeout=self.create_timeout)
                     return existing[0]
+            params = CreateSandboxFromSnapshotParams(
+                # A name of its own per attempt: an earlier attempt's sandbox may still hold the last one.
+                name=f"{self.name_prefix}-{owner[:8]}-{uuid4().hex[:6]}",
+                language="python",
+                snapshot=self.snapshot,
+                env_vars=self.env_vars or None,
+                labels=labels,
+                auto_stop_interval=self.auto_stop_interval,
+                auto_delete_interval=self.auto_delete_interval,
+            )
             try:
                 return await self._client.create(params, timeout=self.create_timeout)
             except DaytonaError as exc:

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.daytona_states import on_its_way_out
+from harness.daytona_states import errored, on_its_way_out
 
 
 class State(Enum):
@@ -30,3 +30,11 @@ class State(Enum):
 def test_a_soft_deleted_sandbox_is_on_its_way_out(state: object, desired: object, out: bool) -> None:
     assert on_its_way_out(SimpleNamespace(state=state, desired_state=desired)) is out
     assert on_its_way_out(SimpleNamespace()) is False
+
+
+@pytest.mark.parametrize(
+    ("state", "out"), [("error", True), ("build_failed", True), ("started", False), ("stopped", False), (None, False)]
+)
+def test_an_errored_sandbox_is_one_that_will_not_start(state: object, out: bool) -> None:
+    assert errored(SimpleNamespace(state=state)) is out
+    assert errored(SimpleNamespace(state=SimpleNamespace(value=state))) is out

@@ -349,3 +349,30 @@ def make_tool_offline(**config: Any) -> DaytonaTool:
     """A tool whose API nothing answers (for what never reaches it)."""
     base = {"type": "native", "api_url": "http://127.0.0.1:9/api", "api_key": "k", "retry": FAST_RETRY}
     return DaytonaTool({**base, "rate_limiter": {"backend": "local"}, **config})
+
+
+@pytest.mark.parametrize("state", ["error", "build_failed"])
+def test_a_sandbox_that_ends_in_error_is_replaced_not_adopted(sandbox_emulator: EmulatorServer, state: str) -> None:
+    """The create's sandbox ends in ``error``: the SDK raises (no status), the next attempt finds that sandbox by its
+    label and must not adopt it (it never starts); it is deleted and a fresh one made."""
+    sandbox_emulator.emulator.daytona.store.fail_next_creates(1, state, "runner out of disk")
+    tool = make_tool(sandbox_emulator)
+    [(text, metrics)] = run_calls(tool, [{"code": "print('ok')"}])
+    assert (text, metrics["status"]) == ("ok\n", "success")
+    journal = sandbox_emulator.emulator.journal
+    assert [e.status for e in journal.entries("daytona.sandbox.create")] == [200, 200]
+    assert len(journal.entries("daytona.sandbox.get")) <= 1  # no waiting on the errored one, attempt after attempt
+    assert [e.status for e in journal.entries("daytona.sandbox.delete")] == [200, 200]  # the errored one, then ours
+    assert tool.undeleted == [] and leaked(sandbox_emulator) == []
+
+
+def test_sandboxes_that_keep_ending_in_error_give_the_sdks_reason(sandbox_emulator: EmulatorServer) -> None:
+    sandbox_emulator.emulator.daytona.store.fail_next_creates(FAST_RETRY["max_attempts"], "error", "runner out of disk")
+    tool = make_tool(sandbox_emulator)
+    [(text, metrics)] = run_calls(tool, [{"code": "print('ok')"}])
+    assert metrics["status"] == "infra_fault"
+    assert "entered error state" in metrics["infra_fault"] and "runner out of disk" in metrics["infra_fault"]
+    assert text == INFRA_FAULT_OBSERVATION.format(reason=metrics["infra_fault"])
+    creates = sandbox_emulator.emulator.journal.entries("daytona.sandbox.create")
+    assert len(creates) == FAST_RETRY["max_attempts"]
+    assert tool.undeleted == [] and leaked(sandbox_emulator) == []
