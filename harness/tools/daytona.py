@@ -149,6 +149,8 @@ class _Slot:
 
     sandbox: Any
     fault: str | None = None
+    #: Create attempts spent on a slot that has no sandbox (reported with its fault).
+    attempts: int = 0
 
 
 class DaytonaTool(BaseTool):
@@ -350,7 +352,7 @@ class DaytonaTool(BaseTool):
             sandbox = await self._with_retries(create_or_adopt, attempts)
         except _Infra as exc:
             await self._sweep(owner)  # an attempt may have created one before failing
-            return _Slot(None, exc.reason)
+            return _Slot(None, exc.reason, attempts[0])
         except asyncio.CancelledError:
             self._spawn(self._sweep(owner))
             raise
@@ -419,9 +421,11 @@ class DaytonaTool(BaseTool):
                 pending.set_exception(exc)
                 pending.exception()  # mark retrieved
                 raise
-            self._trajectories[request_id] = slot
             self._creating.pop(request_id, None)
-            pending.set_result(slot)
+            pending.set_result(slot)  # calls waiting on this create share its outcome, a failure included
+            if slot.sandbox is None:
+                return slot  # not kept: the trajectory's next call tries again
+            self._trajectories[request_id] = slot
             if agent_data is not None:
                 loop = asyncio.get_running_loop()
                 # verl's AgentData supports weak references; an object that does not leaves the sandbox to
@@ -480,7 +484,7 @@ class DaytonaTool(BaseTool):
         else:
             slot = self._calls.get(instance_id) or _Slot(None, "no sandbox for this instance (create was not called)")
         if slot.sandbox is None:
-            return _infra(slot.fault or "sandbox unavailable", 0)
+            return _infra(slot.fault or "sandbox unavailable", slot.attempts)
         sandbox = slot.sandbox
         metrics: dict[str, Any] = {"sandbox_id": sandbox.id, "infra_fault": None}
         attempts = [0]

@@ -188,7 +188,7 @@ def test_execution_attempts_are_reported(sandbox_emulator: EmulatorServer) -> No
 def test_spent_budget_is_an_infra_observation(sandbox_emulator: EmulatorServer) -> None:
     [(text, metrics)] = run_calls(make_tool(sandbox_emulator), [{"code": "print('ok')"}])
     assert text == INFRA_FAULT_OBSERVATION.format(reason="HTTP 503")
-    assert metrics["status"] == "infra_fault"
+    assert metrics["status"] == "infra_fault" and metrics["attempts"] == FAST_RETRY["max_attempts"]
     assert len(sandbox_emulator.emulator.journal.entries("daytona.sandbox.create")) == FAST_RETRY["max_attempts"]
     assert leaked(sandbox_emulator) == []
 
@@ -376,3 +376,31 @@ def test_sandboxes_that_keep_ending_in_error_give_the_sdks_reason(sandbox_emulat
     creates = sandbox_emulator.emulator.journal.entries("daytona.sandbox.create")
     assert len(creates) == FAST_RETRY["max_attempts"]
     assert tool.undeleted == [] and leaked(sandbox_emulator) == []
+
+
+@pytest.mark.faults(
+    {"rules": [{"id": "storm", "route": "daytona.sandbox.create", "requests": "1-4", "fault": {"status": 503}}]}
+)
+def test_a_trajectory_whose_create_failed_tries_again_next_turn(sandbox_emulator: EmulatorServer) -> None:
+    """The first turn spends the budget on 503s; the storm is over by the second turn, which must create the sandbox
+    rather than repeat the first turn's cached failure."""
+    tool = make_tool(sandbox_emulator, sandbox_scope="trajectory")
+
+    async def main() -> list[tuple[str | None, dict[str, Any]]]:
+        agent_data: Any = AgentData("storm")
+        out = []
+        for code in ("print('turn1')", "x = 2", "print(x)"):
+            instance_id, _ = await tool.create()
+            response, _, metrics = await tool.execute(instance_id, {"code": code}, agent_data=agent_data)
+            await tool.release(instance_id)
+            out.append((response.text, metrics))
+        await tool.aclose()
+        return out
+
+    (first, first_metrics), (_, second_metrics), (third, _) = asyncio.run(main())
+    assert first == INFRA_FAULT_OBSERVATION.format(reason="HTTP 503")
+    assert first_metrics["attempts"] == FAST_RETRY["max_attempts"]  # the create's attempts, not 0
+    assert second_metrics["status"] == "success" and third == "2\n"
+    creates = sandbox_emulator.emulator.journal.entries("daytona.sandbox.create")
+    assert [e.status for e in creates] == [503] * 4 + [200]
+    assert leaked(sandbox_emulator) == []
