@@ -309,6 +309,9 @@ class DaytonaTool(BaseTool):
         labels = {**self.labels, "framework": "verl", "backend": "daytona", "tool": self.name, "instance_id": owner}
         attempts = [0]
         maybe_created = [False]
+        # One name for every attempt (a retry is the same request), unless an errored sandbox that could not be
+        # deleted still holds it.
+        name = [f"{self.name_prefix}-{owner[:8]}-{uuid4().hex[:6]}"]
 
         async def create_or_adopt() -> Any:
             # A failed attempt may still have created the sandbox (its answer lost to a reset, a timeout, a gateway
@@ -319,8 +322,11 @@ class DaytonaTool(BaseTool):
                     if on_its_way_out(found):
                         continue
                     if errored(found):  # it will never start: deleted now (the sweep retries a failed delete)
-                        with contextlib.suppress(DaytonaError):
+                        try:
                             await found.delete(timeout=self.delete_timeout)
+                        except DaytonaError:
+                            if getattr(found, "name", None) == name[0]:
+                                name[0] = f"{self.name_prefix}-{owner[:8]}-{uuid4().hex[:6]}"
                         continue
                     existing.append(found)
                 if existing:
@@ -329,8 +335,7 @@ class DaytonaTool(BaseTool):
                         await existing[0].wait_for_sandbox_start(timeout=self.create_timeout)
                     return existing[0]
             params = CreateSandboxFromSnapshotParams(
-                # A name of its own per attempt: an earlier attempt's sandbox may still hold the last one.
-                name=f"{self.name_prefix}-{owner[:8]}-{uuid4().hex[:6]}",
+                name=name[0],
                 language="python",
                 snapshot=self.snapshot,
                 env_vars=self.env_vars or None,
