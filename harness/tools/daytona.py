@@ -24,7 +24,8 @@ import os
 import random
 import re
 import weakref
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import uuid4
 
@@ -62,6 +63,13 @@ WORKER_ENDED_OBSERVATION = (
     "\nThe interpreter's process ended during the run (the code exited it, or it was killed: out of memory, say); "
     "variables from earlier calls are gone."
 )
+
+#: Put before a trajectory's observation when its sandbox had to be started again or replaced (the call's first
+#: attempt failed on it): the interpreter's state the model counts on in that scope is gone.
+REVIVED_NOTES = {
+    "restarted": "(The sandbox had stopped and was started again: variables from earlier calls are gone.)\n",
+    "replaced": "(The sandbox was gone and a new one was made: variables from earlier calls are gone.)\n",
+}
 
 #: How the SDK words the daemon's close when the interpreter's worker process ends (``CloseGoingAway``, reason
 #: ``worker process ended``): ``DaytonaConnectionError("<reason> (close code <code>)")``, no status. Other 1001s
@@ -151,6 +159,8 @@ class _Slot:
     fault: str | None = None
     #: Create attempts spent on a slot that has no sandbox (reported with its fault).
     attempts: int = 0
+    #: Held while a dead sandbox is revived, so that concurrent calls of one trajectory revive it once.
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class DaytonaTool(BaseTool):
@@ -284,8 +294,15 @@ class DaytonaTool(BaseTool):
         finally:
             await return_permit(limiter, permit, outcome)  # adaptive limiters shrink on 429s
 
-    async def _with_retries(self, make: Any, attempts: list[int] | None = None, program: bool = False) -> Any:
-        """``make()`` under the limiter, retried per the retry policy; ``attempts`` (a one-item list) gets the count."""
+    async def _with_retries(
+        self,
+        make: Any,
+        attempts: list[int] | None = None,
+        program: bool = False,
+        between: Callable[[], Awaitable[None]] | None = None,
+    ) -> Any:
+        """``make()`` under the limiter, retried per the retry policy; ``attempts`` (a one-item list) gets the count;
+        ``between()`` runs after a failed attempt that will be retried."""
         attempt = 0
         while True:
             attempt += 1
@@ -298,6 +315,8 @@ class DaytonaTool(BaseTool):
                     raise
                 if exc.retry_after is not None and exc.retry_after > self.retry.max_retry_after:
                     raise
+                if between is not None:
+                    await between()
                 delay = self.retry.delay(attempt, self._rng, exc.retry_after)
                 await asyncio.sleep(delay)
 
@@ -395,6 +414,8 @@ class DaytonaTool(BaseTool):
                 await self._with_retries(lambda: sandbox.delete(timeout=self.delete_timeout))
                 return
             except _Infra as exc:
+                if exc.status == 404:  # gone already (auto-delete, say): nothing leaked, as the SDK's wait reads it
+                    return
                 left = deadline - loop.time()
                 if exc.status == 409 and left > 0:
                     waits += 1
@@ -405,6 +426,37 @@ class DaytonaTool(BaseTool):
             except Exception:
                 self.undeleted.append(str(getattr(sandbox, "id", "?")))
                 return
+
+    async def _revive(self, slot: _Slot, owner: str, failed: Any) -> str | None:
+        """After a failed run in ``failed`` (``slot``'s sandbox): if it stopped (auto-stop, say) start it; if it is gone
+        (404, being destroyed) or errored, put a fresh sandbox for ``owner`` in the slot. Otherwise, or if that fails,
+        nothing: the retry decides. Returns what was done (``restarted``, ``replaced``); either way the interpreter's
+        state is lost."""
+        async with slot.lock:
+            if slot.sandbox is not failed:
+                return None  # another call of this trajectory has revived it
+            try:
+                await self._limited(failed.refresh_data)
+                gone = on_its_way_out(failed)
+            except _Infra as exc:
+                if exc.status != 404:
+                    return None  # its state is unknown: the next attempt will tell
+                gone = True
+            if not gone and not errored(failed):
+                if str(getattr(failed.state, "value", failed.state)) not in ("stopped", "archived"):
+                    return None  # started (the failure was elsewhere) or between states
+                try:
+                    await self._limited(lambda: failed.start(timeout=self.create_timeout))
+                except _Infra:
+                    return None
+                return "restarted"
+            if not gone:
+                await self._delete(failed)
+            fresh = await self._create_sandbox(owner)
+            if fresh.sandbox is None:
+                return None
+            slot.sandbox = fresh.sandbox
+            return "replaced"
 
     def _spawn(self, coroutine: Any) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -482,10 +534,11 @@ class DaytonaTool(BaseTool):
         # Not a finite positive number ("inf", "nan", -5, "soon"): the default, never an exception out of execute.
         timeout = model_timeout(parameters.get("timeout", self.default_timeout), self.default_timeout)
         applied = max(1, round(timeout))  # the interpreter takes whole seconds
+        owner = instance_id
         if self.scope == "trajectory":
             agent_data = kwargs.get("agent_data")
-            request_id = str(getattr(agent_data, "request_id", None) or instance_id)
-            slot = await self._trajectory_slot(request_id, agent_data)
+            owner = str(getattr(agent_data, "request_id", None) or instance_id)
+            slot = await self._trajectory_slot(owner, agent_data)
         else:
             slot = self._calls.get(instance_id) or _Slot(None, "no sandbox for this instance (create was not called)")
         if slot.sandbox is None:
@@ -495,9 +548,16 @@ class DaytonaTool(BaseTool):
         attempts = [0]
         output = _Output()
 
+        async def revive() -> None:
+            revived = await self._revive(slot, owner, sandbox)
+            if revived is not None:
+                metrics["sandbox_revived"] = revived
+
         async def run() -> Any:
-            nonlocal output
+            nonlocal output, sandbox
             output = _Output()  # this attempt's frames only
+            sandbox = slot.sandbox  # a revival may have replaced it
+            metrics["sandbox_id"] = sandbox.id
             return await sandbox.code_interpreter.run_code(
                 code,
                 timeout=applied,
@@ -508,20 +568,23 @@ class DaytonaTool(BaseTool):
             )
 
         try:
-            result = await self._with_retries(run, attempts, program=True)
+            result = await self._with_retries(run, attempts, program=True, between=revive)
         except DaytonaTimeoutError:
             metrics.update(status="timeout", had_error=False, attempts=attempts[0])
-            return ToolResponse(text=TIMEOUT_OBSERVATION.format(timeout=applied)), 0.0, metrics
+            text = TIMEOUT_OBSERVATION.format(timeout=applied)
         except _WorkerEnded:
             metrics.update(attempts=attempts[0], worker_ended=True)
             stdout, stderr = "".join(output.stdout), "".join(output.stderr)
             text = _program_text(stdout, stderr, output.error, metrics) + WORKER_ENDED_OBSERVATION
             metrics.update(status="runtime_error", had_error=True)
-            return ToolResponse(text=text), 0.0, metrics
         except _Infra as exc:
-            return _infra(exc.reason, attempts[0], sandbox.id)
-        metrics["attempts"] = attempts[0]
-        text = _program_text(result.stdout or "", result.stderr or "", result.error, metrics)
+            return _infra(exc.reason, attempts[0], sandbox.id, metrics.get("sandbox_revived"))
+        else:
+            metrics["attempts"] = attempts[0]
+            text = _program_text(result.stdout or "", result.stderr or "", result.error, metrics)
+        revived = metrics.get("sandbox_revived")
+        if revived is not None and self.scope == "trajectory":  # the model counts on its variables: say they are gone
+            text = REVIVED_NOTES[revived] + text
         return ToolResponse(text=text), 0.0, metrics
 
     async def release(self, instance_id: str, **kwargs: Any) -> None:
@@ -574,6 +637,11 @@ def model_envs(value: object) -> tuple[dict[str, str] | None, str | None]:
     return None, f"envs must be an object mapping names to strings, got {json_kind(value)}"
 
 
-def _infra(reason: str, attempts: int, sandbox_id: str | None = None) -> tuple[ToolResponse, float, dict[str, Any]]:
-    metrics = {"status": "infra_fault", "infra_fault": reason, "sandbox_id": sandbox_id, "attempts": attempts}
+def _infra(
+    reason: str, attempts: int, sandbox_id: str | None = None, revived: str | None = None
+) -> tuple[ToolResponse, float, dict[str, Any]]:
+    metrics: dict[str, Any] = {"status": "infra_fault", "infra_fault": reason, "sandbox_id": sandbox_id}
+    metrics["attempts"] = attempts
+    if revived is not None:
+        metrics["sandbox_revived"] = revived
     return ToolResponse(text=INFRA_FAULT_OBSERVATION.format(reason=reason)), 0.0, metrics

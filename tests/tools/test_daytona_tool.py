@@ -18,7 +18,13 @@ pytest.importorskip("verl", reason="needs the [verl] extra")
 from verl.tools.tool_registry import initialize_tools_from_config
 
 from emulator.server import EmulatorServer
-from harness.tools.daytona import TIMEOUT_OBSERVATION, WORKER_ENDED_OBSERVATION, DaytonaTool, normalize_code
+from harness.tools.daytona import (
+    REVIVED_NOTES,
+    TIMEOUT_OBSERVATION,
+    WORKER_ENDED_OBSERVATION,
+    DaytonaTool,
+    normalize_code,
+)
 from harness.tools.observations import INFRA_FAULT_OBSERVATION
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -404,3 +410,54 @@ def test_a_trajectory_whose_create_failed_tries_again_next_turn(sandbox_emulator
     creates = sandbox_emulator.emulator.journal.entries("daytona.sandbox.create")
     assert [e.status for e in creates] == [503] * 4 + [200]
     assert leaked(sandbox_emulator) == []
+
+
+def test_a_trajectorys_stopped_or_deleted_sandbox_is_started_or_replaced(sandbox_emulator: EmulatorServer) -> None:
+    """Auto-stop or auto-delete reached the trajectory's sandbox between turns: the turn's first attempt fails, the
+    tool looks at the sandbox, starts it or makes a new one, and the model is told its variables are gone."""
+    store = sandbox_emulator.emulator.daytona.store
+    tool = make_tool(sandbox_emulator, sandbox_scope="trajectory")
+
+    async def main() -> list[tuple[str | None, dict[str, Any]]]:
+        agent_data: Any = AgentData("outlived")
+        out = []
+        for turn, code in enumerate(("x = 1", "print('x' in globals())", "print('after')")):
+            if turn == 1:
+                store.stop(out[0][1]["sandbox_id"])
+            if turn == 2:
+                store.delete(out[0][1]["sandbox_id"])
+            instance_id, _ = await tool.create()
+            response, _, metrics = await tool.execute(instance_id, {"code": code}, agent_data=agent_data)
+            await tool.release(instance_id)
+            out.append((response.text, metrics))
+        del agent_data
+        await tool.aclose()
+        return out
+
+    (_, first), (restarted, second), (replaced, third) = asyncio.run(main())
+    assert restarted == REVIVED_NOTES["restarted"] + "False\n"
+    assert second["sandbox_revived"] == "restarted" and second["attempts"] == 2
+    assert second["sandbox_id"] == first["sandbox_id"]
+    assert replaced == REVIVED_NOTES["replaced"] + "after\n"
+    assert third["sandbox_revived"] == "replaced" and third["sandbox_id"] != first["sandbox_id"]
+    creates = sandbox_emulator.emulator.journal.entries("daytona.sandbox.create")
+    assert len(creates) == 2
+    # The journal's leak report cannot see the test's own deletion: ask the store what is alive.
+    assert tool.undeleted == [] and store.list() == []
+
+
+def test_a_sandbox_already_gone_at_its_delete_is_not_undeleted(sandbox_emulator: EmulatorServer) -> None:
+    """The SDK reads a 404 at delete as destroyed: nothing leaked, so nothing for ``undeleted``."""
+    tool = make_tool(sandbox_emulator)
+
+    async def main() -> None:
+        instance_id, _ = await tool.create()
+        response, _, metrics = await tool.execute(instance_id, {"code": "print(1)"})
+        assert response.text == "1\n"
+        sandbox_emulator.emulator.daytona.store.delete(metrics["sandbox_id"])  # auto-delete got there first
+        await tool.release(instance_id)
+        await tool.aclose()
+
+    asyncio.run(main())
+    assert [e.status for e in sandbox_emulator.emulator.journal.entries("daytona.sandbox.delete")] == [404]
+    assert tool.undeleted == [] and sandbox_emulator.emulator.daytona.store.list() == []
