@@ -64,6 +64,10 @@ WORKER_ENDED_OBSERVATION = (
     "variables from earlier calls are gone."
 )
 
+#: Seconds past twice the applied timeout after which a run with no answer is the service's fault (Sandbox Fusion's
+#: HTTP call has the same bound).
+RUN_SLACK_S = 10.0
+
 #: Put before a trajectory's observation when its sandbox had to be started again or replaced (the call's first
 #: attempt failed on it): the interpreter's state the model counts on in that scope is gone.
 REVIVED_NOTES = {
@@ -553,12 +557,17 @@ class DaytonaTool(BaseTool):
             if revived is not None:
                 metrics["sandbox_revived"] = revived
 
+        # The SDK sets no deadline of its own on the interpreter's socket: a service that never answers would hold
+        # the call for ever. Past the program's timeout and the daemon's grace, with slack, as Sandbox Fusion's
+        # HTTP call is bounded, the silence is the service's fault.
+        deadline = 2 * applied + RUN_SLACK_S
+
         async def run() -> Any:
             nonlocal output, sandbox
             output = _Output()  # this attempt's frames only
             sandbox = slot.sandbox  # a revival may have replaced it
             metrics["sandbox_id"] = sandbox.id
-            return await sandbox.code_interpreter.run_code(
+            running = sandbox.code_interpreter.run_code(
                 code,
                 timeout=applied,
                 envs=envs,
@@ -566,6 +575,10 @@ class DaytonaTool(BaseTool):
                 on_stderr=output.on_stderr,
                 on_error=output.on_error,
             )
+            try:
+                return await asyncio.wait_for(running, deadline)
+            except asyncio.TimeoutError:
+                raise _Infra(f"no answer from the interpreter within {deadline:g} s") from None
 
         try:
             result = await self._with_retries(run, attempts, program=True, between=revive)

@@ -461,3 +461,41 @@ def test_a_sandbox_already_gone_at_its_delete_is_not_undeleted(sandbox_emulator:
     asyncio.run(main())
     assert [e.status for e in sandbox_emulator.emulator.journal.entries("daytona.sandbox.delete")] == [404]
     assert tool.undeleted == [] and sandbox_emulator.emulator.daytona.store.list() == []
+
+
+@pytest.mark.faults(
+    {
+        "rules": [
+            {"id": "hung", "route": "daytona.interpreter.execute", "attempts": "1", "fault": {"hang": {"seconds": 10}}}
+        ]
+    }
+)
+def test_a_run_with_no_answer_is_cut_off_as_a_service_fault(
+    sandbox_emulator: EmulatorServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interpreter never answers the first attempt: past twice the timeout plus the slack the tool gives up on it
+    as an infrastructure fault (retried), not a program timeout found out after the service's 10 s."""
+    from harness.tools import daytona as module
+
+    monkeypatch.setattr(module, "RUN_SLACK_S", 0.5)  # the bound for timeout 1: 2.5 s
+    for attempts, expected in ((1, "infra_fault"), (2, "success")):
+        sandbox_emulator.emulator.reset()
+        tool = make_tool(sandbox_emulator, retry={**FAST_RETRY, "max_attempts": attempts})
+
+        async def main(tool: DaytonaTool = tool) -> tuple[str | None, dict[str, Any], float]:
+            loop = asyncio.get_running_loop()
+            instance_id, _ = await tool.create()
+            started = loop.time()
+            response, _, metrics = await tool.execute(instance_id, {"code": "print('quick')", "timeout": 1})
+            took = loop.time() - started
+            await tool.release(instance_id)
+            await tool.aclose()
+            return response.text, metrics, took
+
+        text, metrics, took = asyncio.run(main())
+        assert metrics["status"] == expected and metrics["attempts"] == attempts
+        assert 2.5 <= took < 8
+        if expected == "infra_fault":
+            assert text == INFRA_FAULT_OBSERVATION.format(reason="no answer from the interpreter within 2.5 s")
+        else:
+            assert text == "quick\n"
