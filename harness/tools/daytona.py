@@ -12,8 +12,10 @@ Reads verl-recipe's ``CustomDaytonaSandboxTool`` keys (``rate_limit``, ``enable_
 
 No sandbox leaks: creation interrupted by a cancellation deletes what it made (found by its ``instance_id``
 label), failed deletes are retried, and every sandbox carries ``auto_delete_interval`` as the last backstop.
-Infrastructure faults (429, 5xx, connection errors) are retried with jittered backoff honouring Daytona's
-``Retry-After-<throttler>`` headers; after the budget the model sees :data:`INFRA_FAULT_OBSERVATION`.
+Infrastructure faults (429, 5xx, connection errors, a run with no answer past twice its timeout plus 10 s) are
+retried with jittered backoff honouring Daytona's ``Retry-After-<throttler>`` headers; after the budget the model
+sees :data:`INFRA_FAULT_OBSERVATION`. A held sandbox found stopped or gone after a failed attempt is started or
+replaced before the retry. A program that ends its own interpreter process is the program's outcome, shown once.
 """
 
 from __future__ import annotations
