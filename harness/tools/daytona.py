@@ -239,15 +239,16 @@ class DaytonaTool(BaseTool):
 
         kwargs: dict[str, Any] = {"api_key": self.api_key, "jwt_token": self.jwt_token, "api_url": self.api_url}
         kwargs.update({"target": self.target, "organization_id": self.organization_id})
-        self._client = AsyncDaytona(DaytonaConfig(**{k: v for k, v in kwargs.items() if v}))
-        self._loop = loop
         # The in-flight cap on SDK calls: cluster-wide (ray, redis) or per tool object (local); see the
-        # ``rate_limiter`` keys of the Sandbox Fusion tool, which this tool shares.
+        # ``rate_limiter`` keys of the Sandbox Fusion tool, which this tool shares. The loop is recorded last: a
+        # limiter that cannot open now is tried again by the next call, which would otherwise run uncapped.
         self._limiter = (
             open_tool_limiter(self.limiter_backend, self.limiter_config, self.limiter_options)
             if self.enable_global_rate_limit
             else None
         )
+        self._client = AsyncDaytona(DaytonaConfig(**{k: v for k, v in kwargs.items() if v}))
+        self._loop = loop
 
     async def _limited(self, make: Any, program: bool = False) -> Any:
         """Run one SDK call under the in-flight cap, mapping service failures to :class:`_Infra`. ``program``: the

@@ -37,7 +37,15 @@ from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from verl.utils.reward_score.sandbox_fusion.utils import SUPPORTED_LANGUAGES
 from yarl import URL
 
-from harness.ratelimit import AsyncLimiter, ConcurrencyLimiter, LimiterConfig, open_limiter, ray_ready
+from harness.ratelimit import (
+    AsyncLimiter,
+    ConcurrencyLimiter,
+    LimiterConfig,
+    LimiterConfigError,
+    check_namespace,
+    open_limiter,
+    ray_ready,
+)
 from harness.ratelimit import Outcome as CallOutcome
 from harness.tools.config import (
     VERL_KEYS,
@@ -191,12 +199,15 @@ class SandboxFusionTool(BaseTool):
         loop = asyncio.get_running_loop()
         if self._loop is loop:
             return
-        self._loop = loop
+        # The in-flight cap: cluster-wide (ray, redis) or shared by every caller of this tool object (local). Opened
+        # first, and the loop recorded last: a limiter that cannot open now (Ray not up yet) is tried again by the
+        # next call, rather than that call and every later one running with no cap at all.
+        limiter = self._open_limiter() if self.enable_global_rate_limit else None
+        self._limiter = limiter
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         self._proxy, self._proxy_auth = env_proxy(self.url)
         self._workers = ConcurrencyLimiter(self.num_workers)
-        # The in-flight cap: cluster-wide (ray, redis) or shared by every caller of this tool object (local).
-        self._limiter = self._open_limiter() if self.enable_global_rate_limit else None
+        self._loop = loop
 
     def _open_limiter(self) -> AsyncLimiter:
         return open_tool_limiter(self.limiter_backend, self.limiter_config, self.limiter_options)
@@ -361,7 +372,10 @@ def limiter_settings(
         raise ValueError(f"rate_limiter.backend must be auto, local, ray or redis, got {backend!r}")
     options: dict[str, Any] = {}
     if "namespace" in spec:
-        options["namespace"] = spec.pop("namespace")
+        try:
+            options["namespace"] = check_namespace(spec.pop("namespace"))
+        except LimiterConfigError as exc:  # found when the tool is built, not at every call
+            raise ValueError(f"tool config rate_limiter: {exc}") from None
     if "redis_url" in spec:
         options["redis_url"] = spec.pop("redis_url")
     if backend == "redis" and "redis_url" not in options:

@@ -133,3 +133,34 @@ def test_bad_limiter_config_is_a_clear_error() -> None:
         SandboxFusionTool({"sandbox_fusion_url": url, "rate_limiter": {"colour": "red"}})
     with pytest.raises(ValueError, match="rate_per_second"):
         SandboxFusionTool({"sandbox_fusion_url": url, "rate_limiter": {"rate_per_second": -1}})
+
+
+def test_a_limiter_that_cannot_open_yet_is_tried_again_by_the_next_call(
+    sandbox_fusion_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first call's limiter fails to open (Ray not up yet, say): that call fails, and the next one opens it,
+    rather than running, with every later call, under no cap at all."""
+    from harness.tools import sandbox_fusion
+
+    opened: list[str] = []
+
+    def flaky_open(backend: str, config: Any, options: dict[str, Any]) -> LocalLimiter:
+        opened.append(backend)
+        if len(opened) == 1:
+            raise RuntimeError("Ray is not initialised")
+        return LocalLimiter(config)
+
+    monkeypatch.setattr(sandbox_fusion, "open_tool_limiter", flaky_open)
+    tool = make_tool(sandbox_fusion_url, rate_limiter={"backend": "ray"})
+
+    async def two_calls() -> str | None:
+        instance_id, _ = await tool.create()
+        with pytest.raises(RuntimeError, match="not initialised"):
+            await tool.execute(instance_id, {"code": "print(1)"})
+        response, _, _ = await tool.execute(instance_id, {"code": "print(2)"})
+        assert isinstance(tool._limiter, LocalLimiter)
+        await tool.aclose()
+        return response.text
+
+    assert asyncio.run(two_calls()) == "2\n"
+    assert opened == ["ray", "ray"]

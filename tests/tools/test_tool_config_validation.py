@@ -61,6 +61,9 @@ COMMON_BAD: list[tuple[dict[str, Any], str]] = [
     ({"rate_limiter": {"backend": "local", "adaptive": {"cooldown_s": "1"}}}, "cooldown_s"),
     ({"rate_limiter": {"backend": "local", "adaptive": {"decrease_factor": True}}}, "decrease_factor"),
     ({"rate_limiter": {"backend": "local", "adaptive": {"cooldown_s": NAN}}}, "cooldown_s"),
+    # each passed the build and made every call fail
+    ({"rate_limiter": {"backend": "ray", "namespace": ""}}, "namespace"),
+    ({"rate_limiter": {"backend": "ray", "namespace": 123}}, "namespace"),
 ]
 
 SANDBOX_FUSION_BAD: list[tuple[dict[str, Any], str]] = [
