@@ -58,7 +58,7 @@ def test_a_good_log_dir_is_not_created_until_a_test_fails(pytester: pytest.Pytes
             ":1: not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
         ),
         (b"[1, 2]\n", ":1: expected a JSON object per line"),
-        (b"\xff\xfe\x00junk\n", ": not a decision log (not UTF-8 text: invalid start byte)"),
+        (b"\xff\xfe\x00junk\n", ": not a decision log: not UTF-8 text (invalid start byte at byte 0)"),
         (b'{"kind": "pass"}\n', ": not a decision log: record 1: route: required key is missing"),
         (
             b'{"route": "r", "key": "k", "attempt": 1, "ordinal": 1}\n'
