@@ -20,7 +20,7 @@ from typing import Any
 import uvicorn
 
 from emulator.app import Emulator
-from emulator.transport import DEFAULT_PROTOCOL
+from emulator.transport import DEFAULT_PROTOCOL, WS_PROTOCOL
 
 LOOPBACK = "127.0.0.1"
 
@@ -57,6 +57,7 @@ def uvicorn_config(app: Any, host: str, port: int, log_level: str = "warning") -
         host=host,
         port=port,
         http=DEFAULT_PROTOCOL,
+        ws=WS_PROTOCOL,
         loop=_event_loop_name(),
         lifespan="off",
         log_level=log_level,

@@ -157,6 +157,35 @@ else:  # pragma: no cover - depends on the install
     DEFAULT_PROTOCOL = ExposingH11Protocol
 
 
+def _denial_completes_the_handshake(base: Any) -> type[Any]:
+    """``base`` (a uvicorn WebSocket protocol) where an HTTP denial of the upgrade counts as the handshake's end.
+
+    The fault gate answers some upgrade requests with an HTTP status (a gateway's 504, a 429); uvicorn sends it, but
+    its sans-I/O and wsproto protocols then log "ASGI callable returned without completing handshake." at ERROR for
+    every such denial, though the client got its answer."""
+
+    class DenyingProtocol(base):  # type: ignore[misc]
+        async def send(self, message: Any) -> None:
+            await super().send(message)
+            if message["type"] == "websocket.http.response.body" and not message.get("more_body", False):
+                self.handshake_complete = True
+
+    DenyingProtocol.__name__ = DenyingProtocol.__qualname__ = f"Denying{base.__name__}"
+    return DenyingProtocol
+
+
+try:
+    from uvicorn.protocols.websockets.auto import AutoWebSocketsProtocol
+except ImportError:  # pragma: no cover - no WebSocket library installed
+    AutoWebSocketsProtocol = None
+#: The WebSocket protocol our server runs: uvicorn's own choice, with denials completing the handshake.
+WS_PROTOCOL: Any = (
+    _denial_completes_the_handshake(AutoWebSocketsProtocol)
+    if AutoWebSocketsProtocol is not None and hasattr(AutoWebSocketsProtocol, "send")
+    else "auto"
+)
+
+
 def arrived_at(scope: Mapping[str, Any]) -> float | None:
     """When the request (a WebSocket's: its upgrade request) began to arrive (``time.monotonic()``); None under an
     ASGI transport with no socket."""

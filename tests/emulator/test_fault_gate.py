@@ -144,3 +144,36 @@ def test_a_faults_content_type_goes_out_as_declared() -> None:
     assert gateway.status_code == 503 and gateway.headers.get_list("content-type") == ["text/html"]
     overridden = _post(emulator, "other")
     assert overridden.status_code == 500 and overridden.headers.get_list("content-type") == ["text/plain"]
+
+
+def test_a_denied_websocket_logs_no_error() -> None:
+    """uvicorn logged "ASGI callable returned without completing handshake." at ERROR for every upgrade the gate
+    denied with a status, though the client got it."""
+    import logging
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("uvicorn.error")
+    plan = {"rules": [{"route": INTERPRETER, "fault": 503}]}
+    headers = {"Authorization": f"Bearer {DEFAULT_API_KEY}"}
+    with EmulatorServer(Emulator(faults=plan)) as server:
+        logger.addHandler(handler)
+        try:
+            sandbox_id = requests.post(server.url + "/api/sandbox", json={}, headers=headers, timeout=30).json()["id"]
+            url = server.url.replace("http", "ws", 1) + f"/toolbox/{sandbox_id}/process/interpreter/execute"
+
+            async def connect() -> int:
+                async with aiohttp.ClientSession() as session:
+                    try:
+                        async with session.ws_connect(url, headers=headers):
+                            return 101
+                    except aiohttp.WSServerHandshakeError as refused:
+                        return refused.status
+
+            assert asyncio.run(connect()) == 503
+            [entry] = [e for e in server.emulator.journal.entries() if e.route == INTERPRETER]
+            assert entry.finished is not None  # the handler is done, so anything it would log is logged
+        finally:
+            logger.removeHandler(handler)
+    assert [r.getMessage() for r in records] == []
