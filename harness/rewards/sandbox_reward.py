@@ -136,6 +136,11 @@ class PoolExhaustedError(RuntimeError):
     """No sandbox is left (every creation failed)."""
 
 
+#: Put in the free queue when the last sandbox in service went and none could replace it: it wakes every completion
+#: waiting for a sandbox (each puts it back for the next and raises :class:`PoolExhaustedError`).
+_EXHAUSTED = object()
+
+
 class DaytonaPool:
     """``size`` Daytona sandboxes created concurrently up front; each runs one completion at a time.
 
@@ -287,12 +292,18 @@ class DaytonaPool:
         self.stats.replaced += 1
         if new is not None:
             self._free.put_nowait(new)
+        elif not self._live:  # no sandbox will ever come back to the queue: wake whoever waits for one
+            self._free.put_nowait(_EXHAUSTED)
 
     async def _acquire(self) -> Any:
         assert self._free is not None
         if not self._live and self._free.empty():
             raise PoolExhaustedError("every sandbox failed and none could be replaced")
-        return await self._free.get()
+        box = await self._free.get()
+        if box is _EXHAUSTED:
+            self._free.put_nowait(box)  # for the next waiter
+            raise PoolExhaustedError("every sandbox failed and none could be replaced")
+        return box
 
     async def run(self, program: str, timeout: float) -> ExecOutcome:
         from daytona import DaytonaConnectionTimeoutError, DaytonaError, DaytonaTimeoutError

@@ -16,7 +16,7 @@ import pytest
 
 from emulator.journal import Journal
 from emulator.server import EmulatorServer
-from harness.rewards import DaytonaPool, SandboxReward
+from harness.rewards import DaytonaPool, PoolExhaustedError, SandboxReward
 
 EXECUTE = "daytona.interpreter.execute"
 CREATE = "daytona.sandbox.create"
@@ -266,3 +266,28 @@ def test_cleanup_skips_a_sandbox_whose_delete_is_under_way() -> None:
         deletes = [e.status for e in server.emulator.journal.entries("daytona.sandbox.delete") if sandbox_id in e.path]
         assert deletes == [200]  # ours; the pool's sweep did not try it again
         assert pool.stats.deleted == 1  # the pool's own sandbox
+
+
+#: The first creation makes the pool's one sandbox; every later one (the replacement after the timeout) is refused.
+@pytest.mark.faults({"rules": [{"route": CREATE, "requests": "2-", "fault": {"status": 503}}]})
+def test_a_completion_waiting_for_a_sandbox_is_woken_when_the_last_one_cannot_be_replaced(
+    daytona_config: Any, sandbox_emulator: EmulatorServer
+) -> None:
+    """The second completion waits in the queue while the first times out; its sandbox is deleted and no replacement
+    can be made, so the waiter must get the pool's clear error, not wait for a sandbox that will never come."""
+    outcome: list[BaseException | list[float]] = []
+
+    def score() -> None:
+        try:
+            with _pool_reward(daytona_config, size=1) as reward:
+                outcome.append(reward(["p"] * 2, [LOOP, GOOD]))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=score, daemon=True)
+    worker.start()
+    worker.join(timeout=120)
+    assert not worker.is_alive(), "a completion waited for a sandbox that no one could make"
+    [raised] = outcome
+    assert isinstance(raised, PoolExhaustedError) and "none could be replaced" in str(raised)
+    assert sandbox_emulator.emulator.daytona_report().leaked == []
