@@ -63,20 +63,69 @@ def extract_code(completion: Any) -> str:
     return (blocks[-1] if blocks else text).strip()
 
 
+#: The checker the sandbox program runs: a function, so every name it uses is a local bound before the completion
+#: runs. The completion runs in a namespace of its own (``exec`` with separate globals) and cannot rebind the
+#: reference, the expected answers, ``bool``, ``json`` or the stream the result line goes to; answers are compared
+#: only as exact built-in values, so an object whose ``__eq__`` always says yes does not pass.
+_CHECKER = """\
+def _sandbox_check(_function, _reference_source, _tests, _source):
+    import sys
+    _type, _len, _zip, _exec, _compile, _eval = type, len, zip, exec, compile, eval
+    _int, _float, _bool, _list, _tuple, _dict, _str, _bytes = int, float, bool, list, tuple, dict, str, bytes
+    _out = sys.stdout
+    _reference_space = {"__name__": "_reference"}
+    _exec(_compile(_reference_source, "<reference>", "exec"), _reference_space)
+    _reference = _reference_space[_function]
+    _expected = [_reference(*_eval(_args)) for _args in _tests]
+    _calls = [_eval(_args) for _args in _tests]  # fresh arguments: the reference may have changed its own
+
+    def _number(t):
+        return t is _int or t is _float or t is _bool
+
+    def _same(a, b):
+        ta, tb = _type(a), _type(b)
+        if _number(ta) and _number(tb):
+            return True if a == b else False
+        if ta is not tb:
+            return False
+        if ta is _list or ta is _tuple:
+            if _len(a) != _len(b):
+                return False
+            for x, y in _zip(a, b):
+                if not _same(x, y):
+                    return False
+            return True
+        if ta is _dict:
+            if _len(a) != _len(b):
+                return False
+            for k in b:
+                if k not in a or not _same(a[k], b[k]):
+                    return False
+            return True
+        if ta is _str or ta is _bytes or a is None:
+            return True if a == b else False
+        return False
+
+    _space = {"__name__": "__main__"}
+    try:
+        _exec(_compile(_source, "<completion>", "exec"), _space)
+        _fn = _space[_function]
+        _results = [_same(_fn(*_args), _want) for _args, _want in _zip(_calls, _expected)]
+    except SystemExit:
+        raise RuntimeError("the completion exited before its answers were checked") from None
+    _out.write('{"results": [' + ", ".join("true" if r else "false" for r in _results) + "]}\\n")
+    _out.flush()
+"""
+
+
 def build_program(task: Task, code: str) -> str:
-    """The sandbox program: the reference (renamed), the completion, then a loop printing ``{"results": [...]}``."""
-    reference = task.reference.replace(f"def {task.function}(", f"def _reference_{task.function}(")
-    return (
-        f"{reference}\n"
-        f"{code}\n\n"
-        "import json as _json\n"
-        f"_tests = {[repr(t) for t in task.tests]!r}\n"  # literals, evaluated afresh for each call
-        "_results = []\n"
-        "for _args in _tests:\n"
-        f"    _got = {task.function}(*eval(_args))\n"
-        f"    _results.append(bool(_got == _reference_{task.function}(*eval(_args))))\n"
-        'print(_json.dumps({"results": _results}))\n'
-    )
+    """The sandbox program: the checker, then one call of it with the task and the completion as literals.
+
+    The reference's answers are worked out before the completion runs, and the completion runs in its own namespace,
+    so redefining the reference's name, ``bool`` or anything else the checker uses changes nothing. The text depends
+    only on the task and the code (the journal's digests are compared with it)."""
+    tests = [repr(t) for t in task.tests]  # literals, evaluated afresh for each call
+    return f"{_CHECKER}\n_sandbox_check({task.function!r}, {task.reference!r}, {tests!r}, {code!r})\n"
 
 
 def score_output(outcome: ExecOutcome) -> float:
@@ -148,9 +197,9 @@ class DaytonaPool:
     is deleted and replaced by a new one. A completion whose run failed outside the program is retried on another
     sandbox, up to ``exec_attempts`` runs in all; a program timeout is not retried (it scores -1).
 
-    Each completion runs in a fresh interpreter context, deleted afterwards: the default context keeps globals
-    between runs, so a completion that defines nothing would otherwise be scored with the function an earlier
-    completion left in that sandbox. ``fresh_context=False`` runs in the default context, as Daytona's TRL example
+    Each completion runs in a fresh interpreter context, deleted afterwards: the default context keeps the
+    interpreter's state between runs (builtins, ``sys.modules``), so a completion could otherwise borrow what an
+    earlier one left in that sandbox. ``fresh_context=False`` runs in the default context, as Daytona's TRL example
     does, saving two requests per completion.
 
     Every sandbox carries the label ``pool=<id>`` unique to this pool. A creation whose answer was lost (a dropped

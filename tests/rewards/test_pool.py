@@ -176,13 +176,17 @@ def test_sandboxes_made_by_creations_whose_answer_was_lost_are_deleted(
 def test_a_completion_cannot_borrow_the_function_an_earlier_one_defined(
     daytona_config: Any, sandbox_emulator: EmulatorServer, fresh_context: bool, second: float
 ) -> None:
-    """One sandbox, two completions in turn; the second defines nothing. The default context keeps globals, so
-    without a fresh context the second is scored with the first one's function (Daytona's TRL example does that)."""
-    nothing = "x = 1\n"
+    """One sandbox, completions in turn. Each runs in a namespace of its own, so a later one cannot see an earlier
+    one's globals; but the default context keeps the interpreter's state (here the builtins), so without a fresh
+    context a later one can still borrow what an earlier one left there (Daytona's TRL example runs there)."""
+    keep = "_b = __builtins__\n(_b if isinstance(_b, dict) else vars(_b))['sort_numbers'] = sort_numbers\n"
+    first = GOOD + keep
+    borrower = "sort_numbers = sort_numbers\n"  # found among the builtins, if an earlier completion put it there
     reward = SandboxReward(DaytonaPool(1, daytona_config, fresh_context=fresh_context), "sort_numbers", timeout=2.0)
     with reward:
-        assert reward(["p"], [GOOD]) == [1.0]
-        assert reward(["p"], [nothing]) == [second]
+        assert reward(["p"], [first]) == [1.0]
+        assert reward(["p"], ["x = 1\n"]) == [-1.0]  # defines nothing: the first one's globals are not its own
+        assert reward(["p"], [borrower]) == [second]
     assert sandbox_emulator.emulator.daytona_report().leaked == []
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 from collections.abc import Callable
 
 import pytest
 
-from harness.rewards import SandboxReward, build_program, extract_code, get_task
+from harness.rewards import ExecOutcome, SandboxReward, build_program, extract_code, get_task, score_output
 
 GOOD_SORT = """```python
 def sort_numbers(nums):
@@ -30,6 +32,8 @@ GOOD_KADANE = (
 )
 # Sum of the whole list: right on some tests only (the fraction is computed by the pass_fraction fixture).
 WRONG_KADANE = "def max_subarray_sum(nums):\n    return sum(nums)\n"
+# Counts the multiples of 3 only: right for small n.
+WRONG_FIZZ = "def fizzbuzz_count(n):\n    return n // 3\n"
 
 BACKENDS = ["daytona_reward", "fusion_reward"]
 
@@ -45,6 +49,44 @@ def test_scripted_rewards(
     wrong = pass_fraction("sort_numbers", WRONG_SORT)
     assert 0 < wrong < 1
     assert scores == [1.0, wrong, -1.0, -1.0, -1.0, -1.0]
+
+
+#: Completions that try to make the checker pass wrong answers: each returns WRONG_SORT's answers (sort_numbers bans
+#: imports, so those that import are fizzbuzz_count's, with WRONG_FIZZ's answers).
+CHEATS = {
+    "redefines the reference's old name": WRONG_SORT + "def _reference_sort_numbers(nums):\n    return list(nums)\n",
+    "rebinds bool": WRONG_SORT + "bool = lambda _x: True\n",
+    "always equal": "class _Yes(list):\n    def __eq__(self, other):\n        return True\n\n"
+    "def sort_numbers(nums):\n    return _Yes(nums)\n",
+    "patches builtins.bool": WRONG_FIZZ + "import builtins\nbuiltins.bool = lambda _x: True\n",
+    "patches json.dumps": WRONG_FIZZ + "import json\njson.dumps = lambda *a, **k: '{\"results\": [true]}'\n",
+    "patches sum": WRONG_FIZZ + "import builtins\nbuiltins.sum = lambda *a: 0\n",
+    "replaces stdout": WRONG_FIZZ + "import io, sys\nsys.stdout = io.StringIO()\n",
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_completion_cannot_fool_the_checker(
+    backend: str, request: pytest.FixtureRequest, pass_fraction: Callable[[str, str], float]
+) -> None:
+    """The reference and its answers are fixed before the completion runs, which runs in its own namespace; answers
+    are compared as plain values. So none of the cheats scores more than the plain wrong answers it returns."""
+    make: Callable[..., SandboxReward] = request.getfixturevalue(backend)
+    reward = make("sort_numbers", timeout=2.0)
+    wrong_sort, wrong_fizz = pass_fraction("sort_numbers", WRONG_SORT), pass_fraction("fizzbuzz_count", WRONG_FIZZ)
+    assert 0 < wrong_sort < 1 and 0 < wrong_fizz < 1
+    tasks = ["fizzbuzz_count" if "import" in code else "sort_numbers" for code in CHEATS.values()]
+    scores = reward(["p"] * len(CHEATS), list(CHEATS.values()), task=tasks)
+    assert dict(zip(CHEATS, scores, strict=True)) == {
+        "redefines the reference's old name": wrong_sort,
+        "rebinds bool": wrong_sort,
+        "always equal": 0.0,  # not a list: no answer is taken at its word
+        "patches builtins.bool": wrong_fizz,
+        # Daytona's interpreter driver answers in JSON from the same process: patching it fails the run instead
+        "patches json.dumps": -1.0 if backend == "daytona_reward" else wrong_fizz,
+        "patches sum": wrong_fizz,  # the reference's answers were worked out before the completion ran
+        "replaces stdout": wrong_fizz,
+    }
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -72,10 +114,12 @@ def test_references_pass_their_own_tests_locally() -> None:
     from harness.rewards.tasks import TASKS
 
     for task in TASKS.values():
-        out: list[str] = []
         program = build_program(task, task.reference)
-        exec(compile(program, task.name, "exec"), {"print": out.append})
+        with contextlib.redirect_stdout(io.StringIO()) as stdout:
+            exec(compile(program, task.name, "exec"), {})
+        out = stdout.getvalue().splitlines()
         assert out and '"results"' in out[-1] and "false" not in out[-1], task.name
+        assert score_output(ExecOutcome(stdout=stdout.getvalue())) == 1.0, task.name
         assert not any(p in task.reference for p in task.banned) or task.name == "sort_numbers"
 
 
