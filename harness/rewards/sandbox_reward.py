@@ -520,13 +520,17 @@ class SandboxReward:
         through an HTTP client's bookkeeping, which can leave that client unable to delete the sandboxes afterwards.
         Here Ctrl-C cancels the running task instead, so every coroutine stops at an await and the pool stays usable
         for :meth:`close`. The Daytona SDK's Socket.IO client (engineio) installs, once per process, a SIGINT handler
-        that cancels every task and stops the loop; ours takes its place while this loop runs.
+        that cancels every task and stops the loop; ours takes its place while this loop runs. The caller's handler
+        is put back afterwards; a SIGINT the caller ignores (``SIG_IGN``, e.g. inherited) stays ignored throughout.
         """
         loop = self._loop
         assert loop is not None
         task = loop.create_task(coro)
         if threading.current_thread() is not threading.main_thread():
             return loop.run_until_complete(task)  # signals go to the main thread only
+        previous = signal.getsignal(signal.SIGINT)
+        if previous is signal.SIG_IGN:
+            return loop.run_until_complete(task)
         interrupted = False
 
         def on_sigint() -> None:
@@ -542,7 +546,9 @@ class SandboxReward:
                 raise KeyboardInterrupt from None
             raise
         finally:
-            loop.remove_signal_handler(signal.SIGINT)  # back to Python's handler (KeyboardInterrupt)
+            loop.remove_signal_handler(signal.SIGINT)  # this installs Python's default handler
+            if previous is not None:  # None: installed outside Python, nothing we can put back
+                signal.signal(signal.SIGINT, previous)
         if interrupted:  # the task finished anyway: the Ctrl-C still stops the caller
             raise KeyboardInterrupt
         return result

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import signal
+import threading
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
+from emulator.journal import Journal
 from harness.rewards import ExecOutcome, SandboxReward, build_program, extract_code, get_task, score_output
 
 GOOD_SORT = """```python
@@ -161,3 +166,33 @@ def test_trl_log_metric_gets_the_outcome_fractions(daytona_reward: Callable[...,
         "sandbox/replaced": 1.0,  # the timed-out sandbox
     }
     assert reward.outcomes == {"ran": 1, "not_run": 1, "program_error": 1, "timeout": 1}
+
+
+def _checkpoint(signum: int, frame: object) -> None:
+    """A caller's own SIGINT handler."""
+
+
+@pytest.mark.parametrize("handler", [_checkpoint, signal.SIG_IGN], ids=["own handler", "ignored"])
+def test_the_callers_sigint_handler_is_kept(
+    handler: Any, fusion_reward: Callable[..., SandboxReward], emulator_journal: Journal
+) -> None:
+    """The reward handles Ctrl-C itself while it runs, then gives the caller's handler back; a SIGINT the caller
+    ignores stays ignored while the reward runs."""
+    original = signal.signal(signal.SIGINT, handler)
+    try:
+        reward = fusion_reward("fizzbuzz_count", timeout=5.0)
+        assert signal.getsignal(signal.SIGINT) is handler
+        slow = "def fizzbuzz_count(n):\n    import time\n    time.sleep(0.5)\n    return 0\n"
+        if handler is signal.SIG_IGN:
+
+            def interrupt_once_running() -> None:
+                emulator_journal.wait_for(lambda j: j.in_flight("sandbox_fusion.run_code") >= 1, timeout=10)
+                os.kill(os.getpid(), signal.SIGINT)
+
+            threading.Thread(target=interrupt_once_running, daemon=True).start()
+        assert reward(["p"], [slow]) == [0.4]  # right for n = 0 and 1; not interrupted
+        assert signal.getsignal(signal.SIGINT) is handler
+        reward.close()
+        assert signal.getsignal(signal.SIGINT) is handler
+    finally:
+        signal.signal(signal.SIGINT, original)
