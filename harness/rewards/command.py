@@ -59,6 +59,18 @@ def summary_lines(result: GRPOJobResult) -> list[str]:
     return lines
 
 
+def interrupted_line(sandboxes_left: list[str] | None) -> str:
+    """What an interrupted run says of the pool's sandboxes: deleted only when its cleanup said so."""
+    if sandboxes_left is None:
+        return "interrupted: training stopped (whether the pool's sandboxes were deleted is not known)"
+    if sandboxes_left:
+        return (
+            f"interrupted: training stopped; {len(sandboxes_left)} of the pool's sandboxes could not be deleted:"
+            f" {', '.join(sandboxes_left)}"
+        )
+    return "interrupted: training stopped and the pool's sandboxes were deleted"
+
+
 def result_json(result: GRPOJobResult) -> dict[str, Any]:
     stats = result.pool
     return {
@@ -116,8 +128,8 @@ def run(args: argparse.Namespace) -> int:
     except GRPOJobError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # the reward's context manager has deleted the pool's sandboxes by now
-        print("interrupted: training stopped and the pool's sandboxes were deleted", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # the reward's cleanup has run by now, bounded and stoppable
+        print(interrupted_line(getattr(exc, "sandboxes_left", None)), file=sys.stderr)
         return 130
     print("\n".join(summary_lines(result)))
     if args.json:

@@ -40,6 +40,15 @@ class GRPOJobError(RuntimeError):
     """Bad options or a pool that could not be made: a message for the user, not a traceback."""
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped the job; ``sandboxes_left`` are the ids of the pool's sandboxes its cleanup could not delete
+    (it was bounded, or stopped by a second Ctrl-C)."""
+
+    def __init__(self, sandboxes_left: list[str]) -> None:
+        super().__init__()
+        self.sandboxes_left = sandboxes_left
+
+
 @dataclass(frozen=True)
 class GRPOJobOptions:
     settings: GRPOSettings = field(default_factory=GRPOSettings)
@@ -59,7 +68,8 @@ class GRPOJobResult:
     pool: PoolStats
     wall_s: float
     train_s: float
-    sandboxes_left: list[str] | None = None  # embedded emulator only
+    #: The emulator's report of the sandboxes left; against a real Daytona, those the pool could not delete.
+    sandboxes_left: list[str] | None = None
     runs_per_program: Counter[str] | None = None  # embedded emulator only: from its journal
     expected_runs: Counter[str] = field(default_factory=Counter)
     faults_injected: dict[str, int] = field(default_factory=dict)
@@ -137,14 +147,17 @@ def _train(
 ) -> tuple[GRPOOutcome, RecordingReward, DaytonaPool, float]:
     pool = DaytonaPool(options.pool_size, config, fresh_context=options.fresh_context)
     callbacks = [] if progress is None else [_progress_callback(progress, options.settings.steps)]
+    reward = SandboxReward(pool, timeout=options.timeout)
     try:
-        with SandboxReward(pool, timeout=options.timeout) as reward:
+        with reward:
             recorder = RecordingReward(reward)
             started = time.monotonic()
             outcome = train_grpo(recorder, options.settings, callbacks=callbacks)
             train_s = time.monotonic() - started
     except PoolExhaustedError as exc:
         raise GRPOJobError(f"the sandbox pool: {exc}") from None
+    except KeyboardInterrupt as exc:  # the cleanup has run by now: say what it could not delete
+        raise TrainingInterrupted(reward.leaked) from exc
     return outcome, recorder, pool, train_s
 
 
@@ -206,7 +219,8 @@ def run_grpo_job(options: GRPOJobOptions, progress: StepProgress | None = None) 
         if not api_key:
             raise GRPOJobError("--api-url needs an API key: pass --api-key or set DAYTONA_API_KEY")
         config = DaytonaConfig(api_url=options.api_url, api_key=api_key)
-        return _result(options, *_train(options, config, progress), started)
+        outcome, recorder, pool, train_s = _train(options, config, progress)
+        return _result(options, outcome, recorder, pool, train_s, started, sandboxes_left=pool.leaked)
 
     from emulator.daytona import interpreter_runs
     from emulator.server import EmulatorServer, quiet_reset_log

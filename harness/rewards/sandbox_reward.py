@@ -12,7 +12,9 @@ either as the synchronous ``reward(prompts, completions, **kwargs) -> list[float
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import math
 import re
 import signal
@@ -28,6 +30,8 @@ import aiohttp
 
 from harness.daytona_states import on_its_way_out
 from harness.rewards.tasks import Task, get_task
+
+logger = logging.getLogger(__name__)
 
 #: Reward for anything that is not a clean run of the harness.
 FAILED = -1.0
@@ -219,6 +223,8 @@ class DaytonaPool:
         create_timeout: float = 60.0,
         grace: float = 10.0,
         fresh_context: bool = True,
+        delete_timeout: float = 30.0,
+        close_timeout: float = 120.0,
     ) -> None:
         if size < 1:
             raise ValueError(f"pool size must be at least 1, got {size}")
@@ -232,6 +238,12 @@ class DaytonaPool:
         self.create_timeout = create_timeout
         self.grace = grace  # client-side margin over the program's timeout: the SDK has no receive timeout
         self.fresh_context = fresh_context
+        #: Bound on one delete call: the SDK's own ``timeout`` does not bound its retries (6 tries of 10 s each).
+        self.delete_timeout = delete_timeout
+        #: Bound on the whole of :meth:`close`: what is not deleted by then is reported in :attr:`leaked`.
+        self.close_timeout = close_timeout
+        #: Ids of the sandboxes :meth:`close` could not delete (in time, or before it was cancelled).
+        self.leaked: list[str] = []
         self.stats = PoolStats()
         self._daytona: Any = None
         self._free: asyncio.Queue[Any] | None = None
@@ -241,6 +253,9 @@ class DaytonaPool:
         self._undeleted: dict[str, Any] = {}
         #: Why the last sandbox creation failed, for the error when none could be created.
         self._create_error = ""
+        #: Sandboxes known to be gone (deleted, or a 404 at delete), and those close() set out to delete.
+        self._gone: set[str] = set()
+        self._to_close: set[str] = set()
 
     async def start(self) -> None:
         from daytona import AsyncDaytona
@@ -297,6 +312,8 @@ class DaytonaPool:
             held = box.id in self._live or box.id in self._undeleted
             if held and not closing:
                 continue
+            if closing:
+                self._to_close.add(box.id)
             before = self.stats.deleted
             await self._delete(box)
             if not held:
@@ -317,7 +334,7 @@ class DaytonaPool:
         tries = 0
         while tries < self.delete_attempts:
             try:
-                await box.delete()
+                await asyncio.wait_for(box.delete(), self.delete_timeout)
             except DaytonaNotFoundError:
                 pass
             except DaytonaError as exc:
@@ -327,10 +344,11 @@ class DaytonaPool:
                     continue
                 tries += 1
                 continue
-            except Exception:
+            except Exception:  # a connection error, or no answer within delete_timeout
                 tries += 1
                 continue
             self.stats.deleted += 1
+            self._gone.add(box.id)
             return
         self._undeleted[box.id] = box  # out of service (never handed out again); close() tries again
 
@@ -408,13 +426,27 @@ class DaytonaPool:
         return result
 
     async def close(self) -> None:
-        """Delete every sandbox this pool created and still holds, then close the client."""
+        """Delete every sandbox this pool created and still holds, then close the client.
+
+        The whole takes at most ``close_timeout`` (each delete at most ``delete_timeout`` a try) and may be cancelled;
+        the sandboxes it could not delete either way are listed in :attr:`leaked` rather than waited for."""
         boxes = [*self._live.values(), *self._undeleted.values()]
+        self._to_close.update(b.id for b in boxes)
+        try:
+            await asyncio.wait_for(self._delete_all(boxes), self.close_timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            self.leaked = sorted(self._to_close - self._gone)
+        if self._daytona is not None:
+            daytona, self._daytona = self._daytona, None
+            with contextlib.suppress(Exception):  # the client's own cleanup: no sandbox depends on it
+                await asyncio.wait_for(daytona.close(), self.delete_timeout)
+
+    async def _delete_all(self, boxes: list[Any]) -> None:
         await asyncio.gather(*(self._delete(b) for b in boxes), return_exceptions=True)
         if self._daytona is not None:
             await self._sweep(closing=True)  # one list request: anything left with our label goes now
-            await self._daytona.close()
-            self._daytona = None
 
 
 # --------------------------------------------------------------------------------------------------- Fusion
@@ -503,6 +535,8 @@ class SandboxReward:
         self._loop: asyncio.AbstractEventLoop | None = None
         #: How every completion scored so far ended, by kind (see :func:`outcome_kind`).
         self.outcomes: Counter[str] = Counter()
+        #: Ids of the sandboxes :meth:`close` could not delete (a Daytona pool's; none for Sandbox Fusion).
+        self.leaked: list[str] = []
 
     def __enter__(self) -> SandboxReward:
         self.open()
@@ -562,24 +596,57 @@ class SandboxReward:
             raise
 
     def close(self) -> None:
-        """Cancel what is still running and release the backend; Ctrl-C is held off until that is done."""
+        """Cancel what is still running and release the backend.
+
+        A Ctrl-C meanwhile stops the cleanup (the first one may be what ended the training: deleting the sandboxes
+        is worth waiting for, but not forever) and raises KeyboardInterrupt. Either way, the ids of the sandboxes
+        that could not be deleted are in :attr:`leaked` and logged as a warning."""
         loop = self._loop
         if loop is None:
             return
         self._loop = None
-        masked = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if masked else None
-        try:
-            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+
+        async def shut_down() -> None:
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done() and t is not asyncio.current_task()]
             for t in pending:
                 t.cancel()
             if pending:
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            loop.run_until_complete(self.backend.close())
+                await asyncio.gather(*pending, return_exceptions=True)
+            await self.backend.close()
+
+        closing = loop.create_task(shut_down())
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.getsignal(signal.SIGINT) if main else signal.SIG_IGN
+        interrupted = False
+
+        def on_sigint() -> None:
+            nonlocal interrupted
+            interrupted = True
+            closing.cancel()
+
+        if previous is not signal.SIG_IGN:
+            loop.add_signal_handler(signal.SIGINT, on_sigint)
+        try:
+            loop.run_until_complete(closing)
+        except asyncio.CancelledError:
+            if not interrupted:
+                raise
         finally:
+            if previous is not signal.SIG_IGN:
+                loop.remove_signal_handler(signal.SIGINT)
+                if previous is not None:
+                    signal.signal(signal.SIGINT, previous)
+            left = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            if left:  # what the interrupted cleanup cancelled: let it unwind before the loop goes
+                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
             loop.close()
-            if masked:
-                signal.signal(signal.SIGINT, previous)
+            self.leaked = list(getattr(self.backend, "leaked", []))
+            if self.leaked:
+                logger.warning(
+                    "%d sandbox(es) could not be deleted and are left behind: %s", len(self.leaked), self.leaked
+                )
+        if interrupted:
+            raise KeyboardInterrupt
 
     def _task_for(self, i: int, kwargs: dict[str, Any]) -> Task:
         names = kwargs.get("task")

@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from harness.cli import build_parser, main
+from harness.rewards import command
 from harness.rewards.command import _options
-from harness.rewards.job import embedded_emulator, run_grpo_job
+from harness.rewards.job import TrainingInterrupted, embedded_emulator, run_grpo_job
 
 
 def command_args(argv: list[str]) -> argparse.Namespace:
@@ -128,3 +129,23 @@ def test_a_pool_that_falls_short_is_not_a_clean_run(tmp_path: Path, capsys: pyte
     figures = json.loads(out.read_text())
     assert figures["ok"] is False and figures["pool"]["not_created"] == 1
     assert figures["pool_problem"].startswith(short) and figures["sandboxes_left"] == []
+
+
+@pytest.mark.parametrize(
+    ("left", "said"),
+    [
+        (["sb-1", "sb-2"], "2 of the pool's sandboxes could not be deleted: sb-1, sb-2"),
+        ([], "training stopped and the pool's sandboxes were deleted"),
+    ],
+)
+def test_an_interrupted_run_says_which_sandboxes_its_cleanup_left(
+    left: list[str], said: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise TrainingInterrupted(left)
+
+    monkeypatch.setattr(command, "run_grpo_job", interrupted)
+    assert main(["grpo", "--quiet"]) == 130
+    err = capsys.readouterr().err
+    assert said in err
+    assert ("were deleted" in err) == (not left)

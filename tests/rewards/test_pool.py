@@ -295,3 +295,46 @@ def test_a_completion_waiting_for_a_sandbox_is_woken_when_the_last_one_cannot_be
     [raised] = outcome
     assert isinstance(raised, PoolExhaustedError) and "none could be replaced" in str(raised)
     assert sandbox_emulator.emulator.daytona_report().leaked == []
+
+
+DELETE = "daytona.sandbox.delete"
+#: Every delete hangs for 5 s before failing: ten times the pool's bound below, and long enough to interrupt.
+HANGING_DELETES = {"rules": [{"route": DELETE, "fault": {"hang": {"seconds": 5, "then": 504}}}]}
+
+
+@pytest.mark.faults(HANGING_DELETES)
+def test_close_is_bounded_and_reports_the_sandboxes_it_could_not_delete(
+    daytona_config: Any, sandbox_emulator: EmulatorServer
+) -> None:
+    """The SDK's delete does not bound its own retries; the pool's close does, and says what it left behind."""
+    pool = DaytonaPool(1, daytona_config, delete_attempts=2, delete_timeout=0.5, close_timeout=10.0)
+    reward = SandboxReward(pool, "sort_numbers", timeout=1.0)
+    with reward:
+        assert reward(["p"], [GOOD]) == [1.0]
+        [made] = pool._live
+    assert pool.leaked == reward.leaked == [made]
+    assert [s.id for s in sandbox_emulator.emulator.daytona_report().leaked] == [made]  # the report is true
+
+
+@pytest.mark.faults(HANGING_DELETES)
+def test_ctrl_c_stops_the_cleanup_and_the_sandboxes_left_are_reported(
+    daytona_config: Any, sandbox_emulator: EmulatorServer, emulator_journal: Journal
+) -> None:
+    """Deleting the sandboxes is worth a wait, not an endless one: a Ctrl-C during close stops it."""
+
+    def interrupt_once_deleting() -> None:
+        deleting = lambda j: any(made in e.path and e.finished is None for e in j.entries(DELETE))  # noqa: E731
+        emulator_journal.wait_for(deleting, timeout=10)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    pool = DaytonaPool(1, daytona_config)
+    reward = SandboxReward(pool, "sort_numbers", timeout=1.0)
+    reward.open()
+    assert reward(["p"], [GOOD]) == [1.0]
+    [made] = pool._live
+    threading.Thread(target=interrupt_once_deleting, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        reward.close()
+    assert reward.leaked == [made]
+    assert [s.id for s in sandbox_emulator.emulator.daytona_report().leaked] == [made]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
