@@ -56,6 +56,14 @@ class InterpreterTimeout(Exception):
 _log = logging.getLogger(__name__)
 
 
+class ContextClosed(RuntimeError):
+    """The context was deleted (or its sandbox stopped or deleted) before or while its process started: a race with
+    the client's own delete, answered as such rather than logged as a failure of ours."""
+
+    def __init__(self) -> None:
+        super().__init__("context deleted")
+
+
 class WorkerStartError(Exception):
     """A context's process could not start (descriptors, processes or uids exhausted); ``cause`` is the daemon's
     error text from its worker start on, ``restart`` whether the context had a process before."""
@@ -303,7 +311,7 @@ class Interpreters:
     async def _ensure_running(self, context: Context) -> bool:
         """Under the context's lock: start its process if it has none alive; True if it was started now."""
         if context.closed:
-            raise RuntimeError("context deleted")
+            raise ContextClosed
         if context.process is None or context.process.returncode is not None:
             self._stop(context)
             try:
@@ -485,12 +493,19 @@ class Interpreters:
             self._give_back(context.home, uid, ran=False)  # no process was made
             raise
         assert process.stdin is not None
-        process.stdin.write(driver_setup(env, cwd))
         context.process, context.uid = process, uid
         if context.closed:  # the sandbox (or the context) went while the process was starting: it must not run
             self._stop(context)
             await process.wait()  # reaped here: nothing is left to the loop's clean-up
-            raise RuntimeError("context deleted")
+            raise ContextClosed
+        try:
+            process.stdin.write(driver_setup(env, cwd))
+        except (RuntimeError, OSError):  # its pipe closed already: the process died (killed) as it started
+            self._stop(context)
+            await process.wait()
+            if context.closed:
+                raise ContextClosed from None
+            raise WorkerStartError("failed to start Python worker: its input closed", context.started) from None
 
     async def run(
         self,

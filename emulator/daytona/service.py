@@ -43,6 +43,7 @@ from .go_json import as_go_decodes, go_text
 from .interpreter import (
     DRIVER,
     Context,
+    ContextClosed,
     Interpreters,
     InterpreterSettings,
     InterpreterTimeout,
@@ -347,7 +348,8 @@ class DaytonaService:
                     return daemon_error(
                         408, "request timeout: command execution timeout", path, request.method, "REQUEST_TIMEOUT"
                     ), {}
-                except SandboxGone:  # its processes went with it; the toolbox proxy has no daemon left to ask
+                except (SandboxGone, ContextClosed):  # its processes went with it (a context starting as its
+                    # sandbox is stopped or deleted, too): the toolbox proxy has no daemon left to ask
                     message = "the sandbox was stopped while the command ran"
                     return daemon_error(502, message, path, request.method, "BAD_GATEWAY"), {}
                 except FileError as exc:  # the daemon's envelope; its words go to the journal too

@@ -4,9 +4,14 @@ not there, is refused with the daemon's words."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from typing import Any
+
 import httpx
 import pytest
 
+from emulator.daytona.interpreter import DRIVER
 from emulator.server import EmulatorServer
 
 from .conftest import interpreter_frames
@@ -66,3 +71,53 @@ def test_deleting_a_context_answers_as_the_daemon(tb: tuple[httpx.Client, str]) 
     )
     default = client.delete(prefix + "/process/interpreter/context/default")
     assert (default.status_code, default.json()["message"]) == (400, "cannot delete default context")
+
+
+@pytest.mark.parametrize(
+    ("sandbox", "pipe", "status", "message"),
+    [
+        ("gone", "open", 502, "the sandbox was stopped while the command ran"),
+        ("gone", "closed", 502, "the sandbox was stopped while the command ran"),
+        ("there", "closed", 500, "failed to start context: failed to start Python worker: its input closed"),
+    ],
+)
+def test_a_context_whose_worker_goes_as_it_starts_is_an_answer_not_a_logged_failure(
+    server: EmulatorServer,
+    tb: tuple[httpx.Client, str],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    sandbox: str,
+    pipe: str,
+    status: int,
+    message: str,
+) -> None:
+    """The client deletes the sandbox while a context of it is starting (a pool closing on Ctrl-C): the context's
+    process goes with it, its pipe closed or not yet, and the creation gets the sandbox-gone answer. A worker whose
+    pipe closed for another reason is a failed start."""
+    client, prefix = tb
+    sid = prefix.rsplit("/", 1)[1]
+    interpreters = server.emulator.daytona.interpreters
+    real = asyncio.create_subprocess_exec
+
+    async def racing(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+        process = await real(*args, **kwargs)
+        if DRIVER in args:  # the interpreter's worker, before it gets its setup
+            if sandbox == "gone":
+                interpreters.drop_sandbox(sid)
+            if pipe == "closed":  # as uvloop answers a write to a pipe that closed (asyncio's drops it)
+                stdin = process.stdin
+                assert stdin is not None
+                stdin.close()
+
+                def write(data: bytes) -> None:
+                    raise RuntimeError("unable to perform operation on <WriteUnixTransport closed=True>")
+
+                monkeypatch.setattr(stdin, "write", write)
+        return process
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", racing)
+    with caplog.at_level(logging.ERROR):
+        answer = client.post(prefix + "/process/interpreter/context", json={})
+    assert (answer.status_code, answer.json()["message"]) == (status, message)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert client.get(prefix + "/process/interpreter/context").json() == {"contexts": []}
