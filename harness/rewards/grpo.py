@@ -64,6 +64,10 @@ CANDIDATES: tuple[Candidate, ...] = (
 #: The tasks of Daytona's TRL example.
 DEFAULT_TASKS: tuple[str, ...] = ("sort_numbers", "max_subarray_sum")
 
+#: The tasks the tiny policy can learn: those it has candidate programs for (for any other it can only write
+#: programs that define the wrong function, so every reward is -1 and there is nothing to learn).
+TRAINABLE_TASKS: tuple[str, ...] = tuple(dict.fromkeys(c.task for c in CANDIDATES))
+
 
 def program_tokenizer(tasks: Sequence[str] = DEFAULT_TASKS, candidates: Sequence[Candidate] = CANDIDATES) -> Any:
     """A Hugging Face fast tokenizer whose tokens are the tasks' prompts and the candidate programs, plus ``EOS``

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any
 
-from harness.rewards.grpo import GRPOOutcome, GRPOSettings, RecordingReward, train_grpo
+from harness.rewards.grpo import TRAINABLE_TASKS, GRPOOutcome, GRPOSettings, RecordingReward, train_grpo
 from harness.rewards.sandbox_reward import (
     DaytonaPool,
     PoolExhaustedError,
@@ -32,6 +32,13 @@ StepProgress = Callable[[int, int, dict[str, Any]], None]
 #: ``run_code``, ten minutes (the emulator's ``DaytonaConfig.interpreter_timeout``). A reward program that runs longer
 #: stalls its whole training step; a larger figure is almost always a slip (``1e12``, ``inf``).
 MAX_TIMEOUT_S = 600.0
+#: Bounds on the run's size, each far past a CPU run's useful range: a larger figure is a slip, and would make the
+#: dataset (one row per task, step and prompt) or a step's completions (all scored at once) before failing.
+MAX_STEPS = 10_000
+MAX_PROMPTS_PER_STEP = 1024
+MAX_GENERATIONS = 1024
+MAX_COMPLETIONS_PER_STEP = 1024
+MAX_DATASET_ROWS = 100_000  # steps x prompts per step
 #: Seeds numpy accepts (``np.random.seed``, which the trainer calls): ``0 <= seed < 2**32``.
 MAX_SEED = 2**32 - 1
 
@@ -194,8 +201,26 @@ def run_grpo_job(options: GRPOJobOptions, progress: StepProgress | None = None) 
             get_task(name)
         except ValueError as exc:
             raise GRPOJobError(str(exc)) from None
+        if name not in TRAINABLE_TASKS:
+            raise GRPOJobError(
+                f"task {name!r} cannot be trained here: the tiny policy writes programs for"
+                f" {', '.join(TRAINABLE_TASKS)} only"
+            )
     if min(options.pool_size, settings.steps, settings.prompts_per_step) < 1 or settings.generations < 2:
         raise GRPOJobError("the pool size, steps and prompts per step must be at least 1, and generations at least 2")
+    for what, value, most in (
+        ("steps", settings.steps, MAX_STEPS),
+        ("prompts per step", settings.prompts_per_step, MAX_PROMPTS_PER_STEP),
+        ("generations", settings.generations, MAX_GENERATIONS),
+        (
+            "completions a step (prompts per step x generations)",
+            settings.prompts_per_step * settings.generations,
+            MAX_COMPLETIONS_PER_STEP,
+        ),
+        ("steps x prompts per step", settings.steps * settings.prompts_per_step, MAX_DATASET_ROWS),
+    ):
+        if value > most:
+            raise GRPOJobError(f"the {what} must be at most {most:,}, got {value:,}")
     if options.pool_size > MAX_POOL:  # each is a sandbox with its own interpreter process: a typo, not a pool
         raise GRPOJobError(f"the pool size must be at most {MAX_POOL}, got {options.pool_size}")
     if not (math.isfinite(options.timeout) and 0 < options.timeout <= MAX_TIMEOUT_S):

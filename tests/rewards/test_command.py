@@ -67,6 +67,16 @@ def test_grpo_command_trains_and_reports(tmp_path: Path, capsys: pytest.CaptureF
         (["--api-url", "127.0.0.1:9/api", "--api-key", "k"], "--api-url: '127.0.0.1:9/api' is not an http(s) URL"),
         (["--api-url", "http://127.0.0.1:9/api", "--api-key", "k", "--faults", "flaky"], "embedded emulator only"),
         (["--api-key", "k"], "--api-key goes with --api-url"),
+        (
+            ["--tasks", "sort_numbers,fizzbuzz_count"],
+            "task 'fizzbuzz_count' cannot be trained here: the tiny policy writes programs for sort_numbers,"
+            " max_subarray_sum only",
+        ),
+        (["--steps", "1000000000"], "the steps must be at most 10,000, got 1,000,000,000"),
+        (["--prompts-per-step", "1025"], "the prompts per step must be at most 1,024, got 1,025"),
+        (["--generations", "100000"], "the generations must be at most 1,024, got 100,000"),
+        (["--prompts-per-step", "64", "--generations", "64"], "completions a step (prompts per step x generations)"),
+        (["--steps", "10000", "--prompts-per-step", "11"], "the steps x prompts per step must be at most 100,000"),
     ],
 )
 def test_grpo_command_bad_options_are_clear_errors(
@@ -83,7 +93,16 @@ class _Checked(Exception):
     """Raised in place of the training: every check before it passed."""
 
 
-@pytest.mark.parametrize("argv", [["--timeout", "600"], ["--seed", str(2**32 - 1)]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--timeout", "600"],
+        ["--seed", str(2**32 - 1)],
+        ["--steps", "10000", "--prompts-per-step", "10"],
+        ["--prompts-per-step", "1", "--generations", "1024"],
+        ["--prompts-per-step", "512", "--generations", "2"],
+    ],
+)
 def test_grpo_command_takes_the_largest_timeout_and_seed(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     def checked(*args: object) -> None:
         raise _Checked
