@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -44,13 +45,18 @@ def max_overlap(entries: Iterable[JournalEntry], *, admitted_only: bool = False)
 
 
 def check_max_in_flight(journal: JournalLike, limits: Mapping[str, int], *, admitted_only: bool = False) -> JudgeReport:
-    """``limits``: route or route prefix -> the most requests allowed in flight there at once."""
+    """``limits``: route or route prefix -> the most requests allowed in flight there at once. A route no request
+    reached is a finding: a cap checked against nothing (a misspelled route) must not pass."""
     report = JudgeReport("in-flight limits")
     for route, cap in limits.items():
         entries = journal_entries(journal, route)
         peak, when = max_overlap(entries, admitted_only=admitted_only)
         report.count("max-in-flight")
-        if peak > cap:
+        if not entries:
+            report.findings.append(
+                Finding("max-in-flight", "no request reached this route: nothing was checked (its name?)", route)
+            )
+        elif peak > cap:
             report.findings.append(
                 Finding(
                     "max-in-flight",
@@ -87,6 +93,14 @@ def check_fifo(admitted: Sequence[str], requested: Sequence[str], *, max_overtak
     if missing:
         report.notes.append(f"{len(missing)} requested id(s) never admitted: {missing[:5]}")
     asked = [k for k in requested if k in position]
+    if not asked:  # no order to compare: passing would claim an admission order nobody saw
+        report.findings.append(
+            Finding(
+                "fifo",
+                f"nothing to check: {len(requested)} id(s) requested, {len(admitted)} admitted, none in both",
+                "",
+            )
+        )
     for i, key in enumerate(asked):
         report.count("fifo")
         overtaken_by = [k for k in asked[i + 1 :] if position[k] < position[key]]
@@ -102,10 +116,25 @@ def check_fifo(admitted: Sequence[str], requested: Sequence[str], *, max_overtak
     return report
 
 
+#: The figures permit balance is worked out from: stats without them would pass having checked nothing.
+_BALANCE_FIELDS = ("acquires", "releases", "held", "waiting")
+
+
 def _stats_dict(stats: Any) -> dict[str, Any]:
+    """The figures of ``stats``; a TypeError for anything that is not stats (e.g. ``limiter.stats()`` not awaited,
+    or the bound method itself), whose missing fields would all read as 0 and balance."""
     if isinstance(stats, Mapping):
-        return dict(stats)
-    return {k: getattr(stats, k) for k in dir(stats) if not k.startswith("_") and not callable(getattr(stats, k))}
+        figures = dict(stats)
+    elif inspect.isawaitable(stats) or callable(stats):
+        raise TypeError(f"permit balance needs a LimiterStats or its dict, got {stats!r} (not awaited or not called?)")
+    else:
+        figures = {
+            k: getattr(stats, k) for k in dir(stats) if not k.startswith("_") and not callable(getattr(stats, k))
+        }
+    missing = [k for k in _BALANCE_FIELDS if k not in figures]
+    if missing:
+        raise TypeError(f"permit balance needs a LimiterStats or its dict; {type(stats).__name__} lacks {missing}")
+    return figures
 
 
 def check_permit_balance(stats: Any, *, quiescent: bool = True) -> JudgeReport:
@@ -127,12 +156,12 @@ def check_permit_balance(stats: Any, *, quiescent: bool = True) -> JudgeReport:
         bad(f"held count is negative ({s['held']})")
     if quiescent:
         acquires, releases = int(s.get("acquires", 0)), int(s.get("releases", 0))
-        returned = releases + int(s.get("reclaimed", 0))
+        withdrawn, reclaimed = int(s.get("withdrawn", 0)), int(s.get("reclaimed", 0))
         if int(s.get("held", 0)) or int(s.get("waiting", 0)):
             bad(f"at quiescence {s.get('held')} permit(s) held and {s.get('waiting')} waiting")
-        if acquires != returned:
+        if acquires != releases + withdrawn + reclaimed:
             bad(
-                f"acquires {acquires} != releases {releases} + reclaimed {s.get('reclaimed', 0)}",
+                f"acquires {acquires} != releases {releases} + withdrawn {withdrawn} + reclaimed {reclaimed}",
                 acquires=acquires,
                 releases=releases,
             )

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
@@ -152,3 +153,60 @@ def test_permit_balance_violations(change: dict[str, Any], message: str) -> None
 def test_reclaimed_permits_balance() -> None:
     """A holder that died: its permit was reclaimed, not released; the books still balance."""
     check_permit_balance(replace(BALANCED, releases=4, reclaimed=1)).assert_ok()
+
+
+def test_withdrawn_permits_balance() -> None:
+    """A permit granted to a waiter whose caller had given up goes back as withdrawn: the books still balance."""
+    check_permit_balance(replace(BALANCED, releases=4, withdrawn=1)).assert_ok()
+    report = check_permit_balance(replace(BALANCED, releases=3, withdrawn=1))
+    assert any("withdrawn 1" in f.message for f in report.findings), report.render()
+
+
+def test_a_correct_limiter_whose_grant_was_withdrawn_balances() -> None:
+    """The grant to a waiter that is cancelled in the same instant is withdrawn by the limiter (cancel-safe)."""
+
+    async def run() -> LimiterStats:
+        limiter = open_limiter(LimiterConfig(name="withdraw", limit=1))
+        first = await limiter.acquire()
+        second = asyncio.create_task(limiter.acquire())
+        for _ in range(100):  # a few turns of the loop until the second caller waits in the queue
+            if (await limiter.stats()).waiting:
+                break
+            await asyncio.sleep(0)
+        assert (await limiter.stats()).waiting == 1
+        await limiter.release(first)  # the waiter is granted ...
+        second.cancel()  # ... and its caller gives up before it ran
+        with contextlib.suppress(asyncio.CancelledError):
+            await second
+        stats = await limiter.stats()
+        await limiter.aclose()
+        return stats
+
+    stats = asyncio.run(run())
+    assert stats.withdrawn == 1, stats
+    check_permit_balance(stats).assert_ok()
+
+
+def test_permit_balance_refuses_what_is_not_stats() -> None:
+    """``limiter.stats()`` not awaited, or the method itself, would read as all zeros and pass."""
+
+    async def stats() -> LimiterStats:
+        return BALANCED
+
+    pending = stats()
+    with pytest.raises(TypeError, match="not awaited"):
+        check_permit_balance(pending)
+    pending.close()
+    with pytest.raises(TypeError, match="not awaited or not called"):
+        check_permit_balance(stats)
+    with pytest.raises(TypeError, match="lacks"):
+        check_permit_balance({"name": "l"})
+
+
+def test_invariants_with_nothing_to_check_fail() -> None:
+    """A misspelled route has no entries, and FIFO with no admitted id compares nothing: neither may pass."""
+    report = check_max_in_flight([], {"sandbox_fusion.runcode": 0})
+    assert not report.ok and "nothing was checked" in report.findings[0].message
+    fifo = check_fifo([], ["a", "b", "c"])
+    assert not fifo.ok and "nothing to check" in fifo.findings[0].message
+    assert not check_fifo(["a"], []).ok
