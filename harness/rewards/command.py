@@ -156,7 +156,7 @@ def register_cli(sub: Any) -> None:
     parser.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help="comma-separated task names")
     parser.add_argument("--pool", type=int, default=8, help="sandboxes created up front, at most 1024 (default: 8)")
     parser.add_argument(
-        "--timeout", type=float, default=1.0, help="seconds a program may run, at most 600 (default: 1)"
+        "--timeout", type=float, default=1.0, help="whole seconds a program may run, 1 to 600 (default: 1)"
     )
     parser.add_argument("--faults", metavar="PROFILE_OR_FILE", help="fault plan for the embedded emulator")
     parser.add_argument(

@@ -227,6 +227,10 @@ def run_grpo_job(options: GRPOJobOptions, progress: StepProgress | None = None) 
         raise GRPOJobError(
             f"the timeout must be a positive number of seconds, at most {MAX_TIMEOUT_S:g}, got {options.timeout}"
         )
+    if options.timeout != int(options.timeout):  # Daytona's run_code would round it: a 0.5 s limit let 0.75 s pass
+        raise GRPOJobError(
+            f"the timeout must be whole seconds (Daytona's run_code takes no fraction), got {options.timeout}"
+        )
     if not 0 <= settings.seed <= MAX_SEED:
         raise GRPOJobError(f"the seed must be between 0 and 2**32 - 1 ({MAX_SEED}), got {settings.seed}")
     from daytona import DaytonaConfig

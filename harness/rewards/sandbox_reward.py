@@ -185,6 +185,14 @@ class PoolStats:
     gave_up: int = 0  # completions scored -1 because every run failed outside the program
 
 
+def whole_seconds(timeout: float) -> int:
+    """``timeout`` as Daytona's ``run_code`` takes it, whole seconds; a ValueError for a fraction, which Daytona
+    would round (0.5 s lets a 0.75 s program pass there, while Sandbox Fusion stops it)."""
+    if timeout != int(timeout) or timeout < 1:
+        raise ValueError(f"Daytona's run_code takes whole seconds: the timeout must be 1, 2, 3 ..., got {timeout!r}")
+    return int(timeout)
+
+
 class PoolExhaustedError(RuntimeError):
     """No sandbox is left (every creation failed)."""
 
@@ -414,7 +422,7 @@ class DaytonaPool:
         off. A failure to delete that context marks ``dirty`` rather than raising, so the completion is not run
         again."""
         interpreter = box.code_interpreter
-        seconds = max(1, round(timeout))
+        seconds = whole_seconds(timeout)
         if not self.fresh_context:
             return await interpreter.run_code(program, timeout=seconds)
         context = await interpreter.create_context()
@@ -528,6 +536,8 @@ class SandboxReward:
     def __init__(self, backend: Backend, task: str | None = None, timeout: float = 1.0) -> None:
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf:
             raise ValueError(f"timeout must be a finite, positive number of seconds, got {timeout!r}")
+        if isinstance(backend, DaytonaPool):
+            whole_seconds(timeout)
         self.backend = backend
         self.task = get_task(task) if task is not None else None
         self.timeout = timeout

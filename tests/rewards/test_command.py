@@ -59,6 +59,7 @@ def test_grpo_command_trains_and_reports(tmp_path: Path, capsys: pytest.CaptureF
         (["--timeout", "inf"], "timeout must be a positive number of seconds, at most 600, got inf"),
         (["--timeout", "nan"], "at most 600, got nan"),
         (["--timeout", "1e12"], "at most 600, got 1000000000000.0"),
+        (["--timeout", "0.5"], "the timeout must be whole seconds (Daytona's run_code takes no fraction), got 0.5"),
         (["--seed", "-1"], "the seed must be between 0 and 2**32 - 1 (4294967295), got -1"),
         (["--seed", "99999999999"], "the seed must be between 0 and 2**32 - 1 (4294967295), got 99999999999"),
         (["--tasks", ","], "no task given"),

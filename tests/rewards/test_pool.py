@@ -16,7 +16,7 @@ import pytest
 
 from emulator.journal import Journal
 from emulator.server import EmulatorServer
-from harness.rewards import DaytonaPool, PoolExhaustedError, SandboxReward
+from harness.rewards import DaytonaPool, FusionBackend, PoolExhaustedError, SandboxReward
 
 EXECUTE = "daytona.interpreter.execute"
 CREATE = "daytona.sandbox.create"
@@ -338,3 +338,13 @@ def test_ctrl_c_stops_the_cleanup_and_the_sandboxes_left_are_reported(
     assert reward.leaked == [made]
     assert [s.id for s in sandbox_emulator.emulator.daytona_report().leaked] == [made]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.parametrize("timeout", [0.5, 1.5])
+def test_a_fraction_of_a_second_is_refused_for_daytona(timeout: float) -> None:
+    """Daytona's run_code takes whole seconds and would round the limit (0.5 s let a 0.75 s program pass, while
+    Sandbox Fusion stops it): refused rather than changed."""
+    with pytest.raises(ValueError, match="whole seconds"):
+        SandboxReward(DaytonaPool(1, None), "sort_numbers", timeout=timeout)
+    SandboxReward(FusionBackend("http://127.0.0.1:9/run_code"), "sort_numbers", timeout=timeout)  # Fusion takes it
+    SandboxReward(DaytonaPool(1, None), "sort_numbers", timeout=2.0)
