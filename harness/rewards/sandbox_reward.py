@@ -147,6 +147,23 @@ def score_output(outcome: ExecOutcome) -> float:
     return sum(1 for r in results if r is True) / len(results)
 
 
+#: The longest wait a ``Retry-After`` may ask of a retry (seconds): a larger one is waited this long, not longer.
+MAX_RETRY_AFTER = 30.0
+
+
+def retry_after(headers: Any) -> float | None:
+    """The wait an answer asked for, in seconds: ``Retry-After`` or Daytona's ``Retry-After-{throttler}`` (the
+    largest), capped at :data:`MAX_RETRY_AFTER`; None when it named none (an HTTP date is not read)."""
+    waits: list[float] = []
+    for name, value in (headers or {}).items():
+        if str(name).lower() == "retry-after" or str(name).lower().startswith("retry-after-"):
+            with contextlib.suppress(ValueError):
+                seconds = float(str(value).strip())
+                if math.isfinite(seconds):
+                    waits.append(max(0.0, seconds))
+    return min(max(waits), MAX_RETRY_AFTER) if waits else None
+
+
 #: How a completion's scoring ended: passed the pre-check and ran cleanly (``ran``), was refused by the pre-check,
 #: hit its time limit, raised (or printed no result), or failed outside the program after every try.
 OUTCOME_KINDS = ("ran", "not_run", "timeout", "program_error", "infra_error")
@@ -182,6 +199,7 @@ class PoolStats:
     infra_failures: int = 0
     timeouts: int = 0
     orphans_deleted: int = 0  # made by a creation whose answer was lost, found by label and deleted
+    throttled: int = 0  # runs refused with a 429: retried after the wait asked for, on a sandbox kept in service
     gave_up: int = 0  # completions scored -1 because every run failed outside the program
 
 
@@ -207,7 +225,8 @@ class DaytonaPool:
 
     A sandbox whose run timed out, or whose run failed for a reason outside the program (connection, HTTP status),
     is deleted and replaced by a new one. A completion whose run failed outside the program is retried on another
-    sandbox, up to ``exec_attempts`` runs in all; a program timeout is not retried (it scores -1).
+    sandbox, up to ``exec_attempts`` runs in all; a program timeout is not retried (it scores -1). A 429 is the
+    service throttling, not a broken sandbox: the sandbox is kept and the retry waits the ``Retry-After`` first.
 
     Each completion runs in a fresh interpreter context, deleted afterwards: the default context keeps the
     interpreter's state between runs (builtins, ``sys.modules``), so a completion could otherwise borrow what an
@@ -385,7 +404,7 @@ class DaytonaPool:
 
         assert self._free is not None
         last = ExecOutcome(error="not run")
-        for _ in range(self.exec_attempts):
+        for attempt in range(self.exec_attempts):
             box = await self._acquire()
             self.stats.executions += 1
             dirty: list[bool] = []  # set when the run's context could not be deleted
@@ -400,7 +419,23 @@ class DaytonaPool:
                 self.stats.timeouts += 1
                 await self._replace(box)
                 return ExecOutcome(error="timeout", timed_out=True)
-            except (DaytonaError, OSError, asyncio.TimeoutError) as exc:
+            except DaytonaError as exc:
+                last = ExecOutcome(error=f"infra: {type(exc).__name__}: {exc}")
+                self.stats.infra_failures += 1
+                if getattr(exc, "status_code", None) != 429:
+                    await self._replace(box)
+                    continue
+                # Throttled: the service is busy, not the sandbox. Keep it (a new one would spend create quota on
+                # a throttled service) and wait as asked before the next try.
+                self.stats.throttled += 1
+                if dirty:
+                    await self._replace(box)
+                else:
+                    self._free.put_nowait(box)
+                if attempt + 1 < self.exec_attempts:
+                    await asyncio.sleep(retry_after(getattr(exc, "headers", None)) or 0.0)
+                continue
+            except (OSError, asyncio.TimeoutError) as exc:
                 last = ExecOutcome(error=f"infra: {type(exc).__name__}: {exc}")
                 self.stats.infra_failures += 1
                 await self._replace(box)
@@ -421,17 +456,28 @@ class DaytonaPool:
         """Run ``program`` in ``box``: in a context of its own (created, then deleted) unless ``fresh_context`` is
         off. A failure to delete that context marks ``dirty`` rather than raising, so the completion is not run
         again."""
+        from daytona import DaytonaError
+
         interpreter = box.code_interpreter
         seconds = whole_seconds(timeout)
         if not self.fresh_context:
             return await interpreter.run_code(program, timeout=seconds)
         context = await interpreter.create_context()
-        result = await interpreter.run_code(program, context=context, timeout=seconds)
+        try:
+            result = await interpreter.run_code(program, context=context, timeout=seconds)
+        except DaytonaError as exc:
+            if getattr(exc, "status_code", None) == 429:  # the sandbox stays in service: its context must go
+                await self._delete_context(interpreter, context, dirty)
+            raise
+        await self._delete_context(interpreter, context, dirty)
+        return result
+
+    @staticmethod
+    async def _delete_context(interpreter: Any, context: Any, dirty: list[bool]) -> None:
         try:
             await interpreter.delete_context(context)
         except Exception:
             dirty.append(True)
-        return result
 
     async def close(self) -> None:
         """Delete every sandbox this pool created and still holds, then close the client.
@@ -465,7 +511,7 @@ class FusionBackend:
     """Sandbox Fusion: one ``POST /run_code`` per completion, at most ``concurrency`` at once.
 
     A request that fails outside the program (connection error, HTTP 5xx or 429, an answer without a run result such
-    as a SandboxError body) is retried, ``attempts`` in all.
+    as a SandboxError body) is retried, ``attempts`` in all; after the wait a ``Retry-After`` asks for, if any.
     """
 
     url: str  # the full /run_code URL
@@ -484,17 +530,24 @@ class FusionBackend:
         body = {"code": program, "language": "python", "run_timeout": timeout}
         last = ExecOutcome(error="not run")
         async with self._limit:
-            for _ in range(self.attempts):
+            for attempt in range(self.attempts):
+                refused, wait = False, None
                 try:
                     async with self._session.post(
                         self.url, json=body, timeout=aiohttp.ClientTimeout(total=timeout + self.grace)
                     ) as resp:
-                        if resp.status == 429 or resp.status >= 500:
+                        refused = resp.status == 429 or resp.status >= 500
+                        if refused:
                             last = ExecOutcome(error=f"infra: HTTP {resp.status}")
-                            continue
-                        data = await resp.json(content_type=None)
+                            wait = retry_after(resp.headers)
+                        else:
+                            data = await resp.json(content_type=None)
                 except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
                     last = ExecOutcome(error=f"infra: {type(exc).__name__}")
+                    continue
+                if refused:
+                    if wait and attempt + 1 < self.attempts:
+                        await asyncio.sleep(wait)  # as the service asked (bounded), with the answer closed
                     continue
                 outcome = _fusion_outcome(data)
                 if outcome.error is not None and outcome.error.startswith("infra:"):

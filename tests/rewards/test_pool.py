@@ -16,6 +16,7 @@ import pytest
 
 from emulator.journal import Journal
 from emulator.server import EmulatorServer
+from harness.chaos.judges import ChaosJudge
 from harness.rewards import DaytonaPool, FusionBackend, PoolExhaustedError, SandboxReward
 
 EXECUTE = "daytona.interpreter.execute"
@@ -348,3 +349,34 @@ def test_a_fraction_of_a_second_is_refused_for_daytona(timeout: float) -> None:
         SandboxReward(DaytonaPool(1, None), "sort_numbers", timeout=timeout)
     SandboxReward(FusionBackend("http://127.0.0.1:9/run_code"), "sort_numbers", timeout=timeout)  # Fusion takes it
     SandboxReward(DaytonaPool(1, None), "sort_numbers", timeout=2.0)
+
+
+#: The first two context creations are throttled, each asking for a 1 s wait.
+THROTTLED = {
+    "rules": [
+        {
+            "id": "busy",
+            "route": "daytona.interpreter.context.create",
+            "requests": "1-2",
+            "fault": {"status": 429, "retry_after": 1},
+        },
+    ]
+}
+
+
+@pytest.mark.faults(THROTTLED)
+def test_a_throttled_run_waits_as_asked_and_keeps_its_sandbox(
+    daytona_config: Any, sandbox_emulator: EmulatorServer, emulator_journal: Journal
+) -> None:
+    """A 429 is the service asking for a pause, not a broken sandbox: the retry waits the Retry-After and runs on
+    the same sandbox (replacing it would spend create quota against a throttled service)."""
+    with _pool_reward(daytona_config, size=1) as reward:
+        assert reward(["p"], [GOOD]) == [1.0]
+        pool = reward.backend
+        assert isinstance(pool, DaytonaPool)
+        assert (pool.stats.throttled, pool.stats.replaced, pool.stats.created) == (2, 0, 1)
+    assert len(emulator_journal.entries(CREATE)) == 1
+    judge = ChaosJudge.of(sandbox_emulator.emulator)
+    report = judge.compliance(routes=("daytona.interpreter.context.create",), skip=("jitter",))
+    assert report.ok, report.render()
+    assert len(report.waits) == 2 and all(waited >= required for _, _, required, waited in report.waits)

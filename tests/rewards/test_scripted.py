@@ -13,7 +13,10 @@ from typing import Any
 import pytest
 
 from emulator.journal import Journal
+from emulator.server import EmulatorServer
+from harness.chaos.judges import ChaosJudge
 from harness.rewards import ExecOutcome, SandboxReward, build_program, extract_code, get_task, score_output
+from harness.rewards.sandbox_reward import MAX_RETRY_AFTER, retry_after
 
 GOOD_SORT = """```python
 def sort_numbers(nums):
@@ -41,6 +44,7 @@ WRONG_KADANE = "def max_subarray_sum(nums):\n    return sum(nums)\n"
 WRONG_FIZZ = "def fizzbuzz_count(n):\n    return n // 3\n"
 
 BACKENDS = ["daytona_reward", "fusion_reward"]
+RUN_CODE = "sandbox_fusion.run_code"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -196,3 +200,25 @@ def test_the_callers_sigint_handler_is_kept(
         assert signal.getsignal(signal.SIGINT) is handler
     finally:
         signal.signal(signal.SIGINT, original)
+
+
+@pytest.mark.faults(
+    {"rules": [{"id": "busy", "route": RUN_CODE, "requests": "1-2", "fault": {"status": 429, "retry_after": 1}}]}
+)
+def test_sandbox_fusion_retries_wait_as_a_429_asks(
+    fusion_reward: Callable[..., SandboxReward], sandbox_emulator: EmulatorServer
+) -> None:
+    reward = fusion_reward("sort_numbers")
+    assert reward(["p"], [GOOD_SORT]) == [1.0]
+    report = ChaosJudge.of(sandbox_emulator.emulator).compliance(routes=(RUN_CODE,), skip=("jitter",))
+    assert report.ok, report.render()
+    assert len(report.waits) == 2 and all(waited >= required for _, _, required, waited in report.waits)
+
+
+def test_retry_after_reads_the_largest_wait_and_caps_it() -> None:
+    assert retry_after({"Retry-After": "2"}) == 2.0
+    assert retry_after({"retry-after-sandbox-create": "5", "Retry-After": "1"}) == 5.0  # Daytona's throttlers
+    assert retry_after({"Retry-After": "86400"}) == MAX_RETRY_AFTER
+    assert retry_after({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}) is None
+    assert retry_after({"Retry-After": "nan"}) is None
+    assert retry_after({}) is None and retry_after(None) is None
