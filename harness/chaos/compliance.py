@@ -90,11 +90,35 @@ def identity(entry: JournalEntry) -> str:
 
 
 def chains(entries: Iterable[JournalEntry]) -> dict[str, list[JournalEntry]]:
-    """Entries grouped by :func:`identity`, each chain in arrival order."""
-    out: dict[str, list[JournalEntry]] = defaultdict(list)
+    """Calls and their retries: entries grouped by :func:`identity`, in arrival order, then cut where a new call
+    begins. One identity can carry many calls: a WebSocket's key is its path (an upgrade has no body), so every
+    interpreter run in one sandbox shares it, and so do HTTP calls with identical bodies. A try after one that did
+    not fail is a new call (a client does not retry a success), and so is a try that ran another program than the
+    one before (the interpreter's ``code_digest``). The first call keeps the identity as its name; the n-th is
+    ``"<identity> call n"``.
+
+    What the journal cannot tell: a handshake refused by a fault carries no program, so a failed try followed by a
+    different program on the same sandbox still reads as a retry."""
+    grouped: dict[str, list[JournalEntry]] = defaultdict(list)
     for e in sorted(entries, key=lambda e: e.seq):
-        out[identity(e)].append(e)
-    return dict(out)
+        grouped[identity(e)].append(e)
+    out: dict[str, list[JournalEntry]] = {}
+    for name, tries in grouped.items():
+        calls = [[tries[0]]]
+        for before, after in pairwise(tries):
+            if not failed(before) or _other_program(before, after):
+                calls.append([after])
+            else:
+                calls[-1].append(after)
+        for n, call in enumerate(calls, start=1):
+            out[name if n == 1 else f"{name} call {n}"] = call
+    return out
+
+
+def _other_program(before: JournalEntry, after: JournalEntry) -> bool:
+    """Both tries name the program they ran, and the programs differ."""
+    first, second = before.detail.get("code_digest"), after.detail.get("code_digest")
+    return bool(first) and bool(second) and first != second
 
 
 def required_wait(

@@ -118,3 +118,21 @@ def test_hidden_fault_is_flagged() -> None:
     report = audit_calls([AuditedCall("0\n", "HTTP 504")], infra_texts=[INFRA_FAULT_OBSERVATION])
     (finding,) = report.by_rule("fault-hidden")
     assert "HTTP 504" in finding.message
+
+
+def _interpreter_run(seq: int, status: int | None, digest: str) -> dict[str, Any]:
+    """An interpreter run in one sandbox, as the journal has it (every run there shares the WebSocket's key)."""
+    entry: dict[str, Any] = {"seq": seq, "route": "daytona.interpreter.execute", "method": "GET", "key": "ws"}
+    entry |= {"path": "/toolbox/s/process/interpreter/execute", "attempt": seq, "started": float(seq)}
+    entry |= {"finished": seq + 0.1, "status": status, "outcome": "ok" if status else "reset"}
+    return entry | {"detail": {"code_digest": digest}}
+
+
+def test_a_later_program_is_not_the_recovery_of_an_earlier_one() -> None:
+    """The first program's run was cut off and the tool hid it; the second program ran. The journal-level count must
+    not take the second for a retry of the first."""
+    journal = [_interpreter_run(1, None, "first"), _interpreter_run(2, 101, "second")]
+    report = audit_calls([AuditedCall("no stdout here"), AuditedCall("1\n")], journal)
+    assert report.unrecovered == 1 and report.by_rule("fault-as-output"), report.render()
+    retried = [_interpreter_run(1, None, "first"), _interpreter_run(2, 101, "first")]
+    assert audit_calls([AuditedCall("42\n")], retried).ok  # a real retry of the same program recovered

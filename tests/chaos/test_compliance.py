@@ -14,10 +14,11 @@ import aiohttp
 import pytest
 
 from emulator.server import EmulatorServer
-from harness.chaos.compliance import ComplianceRules, check_compliance
-from harness.chaos.judges import ChaosJudge
+from harness.chaos.compliance import ComplianceRules, chains, check_compliance
+from harness.chaos.judges import ChaosJudge, journal_entries
 
 RUN_CODE = "sandbox_fusion.run_code"
+EXECUTE = "daytona.interpreter.execute"
 RETRY_AFTER_PLAN = {
     "rules": [
         {
@@ -209,3 +210,49 @@ def test_judges_read_journal_dicts() -> None:
     assert finding.figures["waited"] == pytest.approx(0.4)
     with pytest.raises(ValueError, match="lacks"):
         check_compliance([{"route": RUN_CODE}])
+
+
+def _run(seq: int, status: int | None, digest: str | None, fault: str | None = None) -> dict[str, Any]:
+    """An interpreter run in one sandbox as the journal has it: every run there shares the WebSocket's key."""
+    entry: dict[str, Any] = {"seq": seq, "route": EXECUTE, "method": "GET", "path": "/toolbox/s/execute", "key": "ws"}
+    entry |= {"attempt": seq, "started": float(seq), "finished": seq + 0.1, "status": status, "fault": fault}
+    outcome = "ok" if status == 101 else "fault" if status else "reset"
+    entry |= {"outcome": outcome, "detail": {"code_digest": digest} if digest else {}}
+    return entry
+
+
+def test_interpreter_runs_of_different_programs_are_not_one_retry_chain() -> None:
+    """Five programs, one turn each, in one sandbox: five calls, not a chain of five tries."""
+    runs = [_run(n, 101, f"program-{n}") for n in range(1, 6)]
+    assert [len(c) for c in chains(journal_entries(runs)).values()] == [1] * 5
+    check_compliance(runs, ComplianceRules(max_attempts=1)).assert_compliant()
+
+
+def test_a_retry_is_still_a_retry() -> None:
+    """A refused handshake (no program read) then the run: one call of two tries. A try after a success starts a new
+    call, and so does a try of another program after a failure."""
+    runs = [_run(1, 502, None, "status"), _run(2, 101, "a"), _run(3, 101, "a"), _run(4, None, "b"), _run(5, 101, "b")]
+    runs += [_run(6, None, "c"), _run(7, 101, "d")]
+    found = chains(journal_entries(runs))
+    assert [[e.seq for e in c] for c in found.values()] == [[1, 2], [3], [4, 5], [6], [7]]
+    assert list(found)[1].endswith(" call 2")
+    report = check_compliance(runs, ComplianceRules(max_attempts=1))
+    assert [f.rule for f in report.findings] == ["retry-budget", "retry-budget"]
+
+
+def test_the_daytona_sdk_running_five_programs_is_compliant(
+    daytona_config: Any, sandbox_emulator: EmulatorServer
+) -> None:
+    """The reviewer's case: no fault, no retry; the judge saw a retry chain of five."""
+
+    async def five_programs() -> None:
+        from daytona import AsyncDaytona
+
+        async with AsyncDaytona(daytona_config) as daytona:
+            box = await daytona.create()
+            for n in range(5):
+                assert (await box.code_interpreter.run_code(f"print({n})")).stdout == f"{n}\n"
+            await box.delete()
+
+    asyncio.run(five_programs())
+    ChaosJudge.of(sandbox_emulator.emulator).compliance(max_attempts=1, skip=("jitter",)).assert_compliant()
