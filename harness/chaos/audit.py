@@ -35,6 +35,7 @@ EXECUTION_ROUTES = (
     "daytona.interpreter.execute",
     "daytona.toolbox.code_run",
     "daytona.toolbox.execute",
+    "daytona.toolbox.session.exec",  # a command in a session: a program too
 )
 
 

@@ -136,3 +136,12 @@ def test_a_later_program_is_not_the_recovery_of_an_earlier_one() -> None:
     assert report.unrecovered == 1 and report.by_rule("fault-as-output"), report.render()
     retried = [_interpreter_run(1, None, "first"), _interpreter_run(2, 101, "first")]
     assert audit_calls([AuditedCall("42\n")], retried).ok  # a real retry of the same program recovered
+
+
+def test_a_session_command_is_audited_as_a_program() -> None:
+    """A command run in a toolbox session is a program: a fault there that the tool hid is flagged."""
+    entry: dict[str, Any] = {"seq": 1, "route": "daytona.toolbox.session.exec", "method": "POST", "key": "k"}
+    entry |= {"path": "/toolbox/s/process/session/s1/exec", "attempt": 1, "started": 0.0, "finished": 0.1}
+    entry |= {"status": 502, "outcome": "fault", "fault": "status", "detail": {"rule": "gw"}}
+    report = audit_calls([AuditedCall("no stdout here")], [entry])
+    assert report.unrecovered == 1 and report.by_rule("fault-as-output"), report.render()
