@@ -19,17 +19,18 @@ __all__ = ["DEFAULT_CHAOS_SEED", "derive_seed", "log_path_for", "parse_chaos_see
 DEFAULT_CHAOS_SEED = 0
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_DECIMAL = re.compile(r"[0-9]+")  # ASCII digits: int() alone would also take "1_0" and other scripts' digits
 
 
 def parse_chaos_seed(text: str) -> int:
-    """``--chaos-seed`` as given on the command line: a non-negative integer, else a clear error."""
-    try:
-        value = int(text, 0)
-    except ValueError:
-        raise ValueError(f"--chaos-seed must be a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise ValueError(f"--chaos-seed must be a non-negative integer, got {text!r}")
-    return value
+    """``--chaos-seed`` as given on the command line: decimal digits only (``010`` is ten), else a clear error.
+
+    Decimal only, because the seed is printed back in replay commands and headers as a decimal number: a ``0x10``
+    accepted here would come back as ``16``, and Python's base-0 reading refuses a leading zero outright."""
+    digits = text.strip()
+    if not _DECIMAL.fullmatch(digits):
+        raise ValueError(f"--chaos-seed must be a non-negative decimal integer, got {text!r}")
+    return int(digits)
 
 
 def derive_seed(chaos_seed: int, nodeid: str, plan_seed: int = 0) -> int:

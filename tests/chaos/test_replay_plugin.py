@@ -131,8 +131,9 @@ def test_more_requests(sandbox_fusion_url):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--chaos-seed", "abc"), "*--chaos-seed must be a non-negative integer, got 'abc'*"),
-        (("--chaos-seed", "-3"), "*--chaos-seed must be a non-negative integer*"),
+        (("--chaos-seed", "abc"), "*--chaos-seed must be a non-negative decimal integer, got 'abc'*"),
+        (("--chaos-seed", "-3"), "*--chaos-seed must be a non-negative decimal integer, got '-3'*"),
+        (("--chaos-seed", "0x10"), "*--chaos-seed must be a non-negative decimal integer, got '0x10'*"),
         (("--chaos-replay", "missing.jsonl"), "*--chaos-replay: no decision log at*missing.jsonl*"),
     ],
 )
@@ -150,7 +151,11 @@ def test_seed_helpers() -> None:
     assert derive_seed(0, "a.py::t") == derive_seed(0, "a.py::t")
     assert len({derive_seed(s, n, p) for s in (0, 1) for n in ("a.py::t", "a.py::u") for p in (0, 9)}) == 8
     assert 0 <= derive_seed(123, "x") < 2**32
-    assert parse_chaos_seed("0x10") == 16
+    assert parse_chaos_seed("010") == 10  # decimal, leading zeros and all (base 0 refused it)
+    assert parse_chaos_seed(" 7 ") == 7
+    for bad in ("0x10", "0o7", "0b1", "1_0", "", "+1", "\u0663"):
+        with pytest.raises(ValueError, match="non-negative decimal integer"):
+            parse_chaos_seed(bad)
     path = log_path_for(Path("d"), "tests/a b.py::test[x/y]")
     assert path.parent == Path("d") and "/" not in path.name and " " not in path.name
     assert log_path_for(Path("d"), "t[a/b]") != log_path_for(Path("d"), "t[a_b]")
