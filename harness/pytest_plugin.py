@@ -18,8 +18,9 @@ Fixtures that build their own emulator call :func:`attach_chaos` to get the same
 
 The emulator is reset after every test, which destroys the sandboxes the test left alive.
 
-Marker: ``@pytest.mark.faults(plan)`` where plan is a dict, a YAML/JSON path or a profile name;
-``@pytest.mark.faults(plan, seed=N)`` pins the plan's seed to ``N`` instead of deriving it.
+Marker: ``@pytest.mark.faults(plan)`` (or ``plan=plan``) where plan is a dict, a YAML/JSON path or a profile name;
+``@pytest.mark.faults(plan, seed=N)`` pins the plan's seed to ``N`` instead of deriving it. Any other keyword, no plan
+or two, and a seed that is not an integer are an error of the test, and nothing of it is loaded.
 
 Chaos options: ``--chaos-seed N`` (default 0) derives each test's plan seed from ``N``, the test's node id and the
 plan's own seed, so a test's decisions depend on nothing else. When a test that used the emulator fails, its decision
@@ -42,7 +43,7 @@ import pytest
 from emulator.app import Emulator, EmulatorConfig
 from emulator.daytona import SandboxReport
 from emulator.executor import ExecutorConfig
-from emulator.faults import FaultEngine, FaultPlan, FaultPlanError
+from emulator.faults import FaultEngine, FaultPlan, FaultPlanError, load_plan
 from emulator.faults.log import DecisionLog
 from emulator.faults.replay import ReplayEngine
 from emulator.journal import Journal
@@ -156,17 +157,32 @@ def _chaos_settings(config: pytest.Config) -> ChaosSettings:
     return config.stash[_SETTINGS]
 
 
-def _test_plan(emulator: Emulator, request: pytest.FixtureRequest) -> FaultPlan:
-    """Load the marker's plan with this test's seed: pinned by ``seed=``, else derived from the chaos seed."""
+#: What the ``faults`` marker takes by keyword.
+_MARKER_KEYWORDS = ("plan", "seed")
+
+
+def _marker_plan(request: pytest.FixtureRequest) -> tuple[FaultPlan, int | None]:
+    """The marker's plan, built but not loaded, and its pinned seed (None: derive it). Everything the marker says is
+    checked here, before the emulator is touched: a marker written wrong must not leave a plan for the next test."""
     marker = request.node.get_closest_marker("faults")
-    plan = emulator.set_faults(marker.args[0] if marker and marker.args else None)
-    pinned = marker.kwargs.get("seed") if marker else None
-    if pinned is not None:
-        if isinstance(pinned, bool) or not isinstance(pinned, int):
-            raise FaultPlanError("faults marker", f"seed must be an integer, got {pinned!r}")
-        return emulator.set_faults(plan.with_seed(pinned))
-    chaos_seed = _chaos_settings(request.config).seed
-    return emulator.set_faults(plan.with_seed(derive_seed(chaos_seed, request.node.nodeid, plan.seed)))
+    if marker is None:
+        return load_plan(None), None
+    unknown = sorted(set(marker.kwargs) - set(_MARKER_KEYWORDS))
+    if unknown:
+        raise FaultPlanError(
+            "faults marker", f"unknown keyword {', '.join(map(repr, unknown))}: it takes a plan and seed=N"
+        )
+    given = list(marker.args) + ([marker.kwargs["plan"]] if "plan" in marker.kwargs else [])
+    if len(given) != 1:
+        raise FaultPlanError(
+            "faults marker",
+            f"takes one plan (first argument or plan=), got {len(given)}: "
+            "@pytest.mark.faults(plan) with a dict, a YAML/JSON path or a profile name",
+        )
+    pinned = marker.kwargs.get("seed")
+    if pinned is not None and (isinstance(pinned, bool) or not isinstance(pinned, int)):
+        raise FaultPlanError("faults marker", f"seed must be an integer, got {pinned!r}")
+    return load_plan(given[0]), pinned
 
 
 def _use_engine(emulator: Emulator, engine: FaultEngine | ReplayEngine) -> None:
@@ -200,22 +216,34 @@ def attach_chaos(emulator: Emulator, request: pytest.FixtureRequest) -> Callable
     logged decisions), a fresh journal, and its decision log dumped with a replay command if the test fails.
 
     ``sandbox_emulator`` uses it; a fixture that builds its own emulator (e.g. one served on a virtual-time loop)
-    calls it too, after creating the emulator and before the test's requests; the returned function undoes it.
+    calls it too, after creating the emulator and before the test's requests; the returned function undoes it. When
+    it raises (a bad marker), the emulator is as it was: nothing of this test's is left loaded.
     """
+    plan, pinned = _marker_plan(request)
+    seed = (
+        pinned
+        if pinned is not None
+        else derive_seed(_chaos_settings(request.config).seed, request.node.nodeid, plan.seed)
+    )
     original = emulator.engine
-    request.node.stash[_SEED] = _test_plan(emulator, request).seed
-    emulator.reset()
-    emulator.daytona.reseed_listings(request.node.stash[_SEED])  # Daytona's unordered listings, by the same seed
-    replay_log = _chaos_settings(request.config).replay_log
-    if replay_log is not None:
-        _use_engine(emulator, ReplayEngine(replay_log, strict=True, clock=emulator.clock))
-    request.node.stash[_EMULATOR] = emulator
 
     def restore() -> None:
         _use_engine(emulator, original)
         emulator.set_faults(None)
         emulator.reset()
 
+    try:
+        emulator.set_faults(plan.with_seed(seed))
+        request.node.stash[_SEED] = seed
+        emulator.reset()
+        emulator.daytona.reseed_listings(seed)  # Daytona's unordered listings, by the same seed
+        replay_log = _chaos_settings(request.config).replay_log
+        if replay_log is not None:
+            _use_engine(emulator, ReplayEngine(replay_log, strict=True, clock=emulator.clock))
+    except BaseException:
+        restore()
+        raise
+    request.node.stash[_EMULATOR] = emulator
     return restore
 
 

@@ -104,3 +104,54 @@ def test_each_tests_listing_order_comes_from_its_own_seed(
     assert both[0] != both[1]  # two tests, two seeds
     assert other_seed != alone
     assert any(order != list(range(6)) for order in both[1])
+
+
+MARKER_TESTS = """
+import pytest, requests
+
+PRINT = {"code": "print(1)", "language": "python"}
+GATEWAY = {"rules": [{"id": "gw", "route": "sandbox_fusion.run_code", "fault": {"status": 504}}]}
+
+@pytest.mark.faults(plan=GATEWAY)
+def test_plan_by_keyword(sandbox_fusion_url):
+    assert requests.post(sandbox_fusion_url, json=PRINT, timeout=30).status_code == 504
+
+@pytest.mark.faults(GATEWAY, seed="7")
+def test_a_bad_seed(sandbox_emulator):
+    pass
+
+def test_after_the_bad_seed(sandbox_emulator_session):
+    assert not sandbox_emulator_session.emulator.engine.plan.rules
+    assert requests.post(sandbox_emulator_session.run_code_url, json=PRINT, timeout=30).status_code == 200
+
+@pytest.mark.faults(GATEWAY, sed=7)
+def test_an_unknown_keyword(sandbox_emulator):
+    pass
+
+@pytest.mark.faults()
+def test_no_plan(sandbox_emulator):
+    pass
+
+@pytest.mark.faults(GATEWAY, plan="flaky")
+def test_two_plans(sandbox_emulator):
+    pass
+
+def test_after_them_all(sandbox_fusion_url):
+    assert requests.post(sandbox_fusion_url, json=PRINT, timeout=30).status_code == 200
+"""
+
+
+def test_the_marker_takes_plan_by_keyword_and_refuses_what_it_does_not_take(pytester: pytest.Pytester) -> None:
+    """``plan=`` is the plan (it was ignored); a bad seed, an unknown keyword, no plan or two are the test's error,
+    and none of them leaves the plan loaded for the next test (a bad seed did)."""
+    pytester.makepyfile(test_marker=MARKER_TESTS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=3, errors=4)
+    result.stdout.fnmatch_lines_random(
+        [
+            "*faults marker: seed must be an integer, got '7'*",
+            "*faults marker: unknown keyword 'sed': it takes a plan and seed=N*",
+            "*faults marker: takes one plan (first argument or plan=), got 0*",
+            "*faults marker: takes one plan (first argument or plan=), got 2*",
+        ]
+    )
