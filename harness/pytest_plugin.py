@@ -18,7 +18,8 @@ Fixtures that build their own emulator call :func:`attach_chaos` to get the same
 
 The emulator is reset after every test, which destroys the sandboxes the test left alive.
 
-Marker: ``@pytest.mark.faults(plan)`` (or ``plan=plan``) where plan is a dict, a YAML/JSON path or a profile name;
+Marker: ``@pytest.mark.faults(plan)`` (or ``plan=plan``) where plan is a dict, a YAML/JSON path (a relative one is
+read from the test file's directory) or a profile name;
 ``@pytest.mark.faults(plan, seed=N)`` pins the plan's seed to ``N`` instead of deriving it. Any other keyword, no plan
 or two, and a seed that is not an integer are an error of the test, and nothing of it is loaded.
 
@@ -33,6 +34,7 @@ one usage error (exit 4) instead of an error in every test.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +45,7 @@ import pytest
 from emulator.app import Emulator, EmulatorConfig
 from emulator.daytona import SandboxReport
 from emulator.executor import ExecutorConfig
-from emulator.faults import FaultEngine, FaultPlan, FaultPlanError, load_plan
+from emulator.faults import PROFILES, FaultEngine, FaultPlan, FaultPlanError, load_plan
 from emulator.faults.log import DecisionLog
 from emulator.faults.replay import ReplayEngine
 from emulator.journal import Journal
@@ -182,7 +184,24 @@ def _marker_plan(request: pytest.FixtureRequest) -> tuple[FaultPlan, int | None]
     pinned = marker.kwargs.get("seed")
     if pinned is not None and (isinstance(pinned, bool) or not isinstance(pinned, int)):
         raise FaultPlanError("faults marker", f"seed must be an integer, got {pinned!r}")
-    return load_plan(given[0]), pinned
+    return load_plan(_beside_test(given[0], request.node.path.parent)), pinned
+
+
+def _beside_test(spec: Any, test_dir: Path) -> Any:
+    """A relative plan file path, read from the test file's directory: where the test and its plans live, not
+    wherever pytest was started from. A profile name, a mapping or an absolute path is left as it is."""
+    if isinstance(spec, str):
+        if not spec.strip() or spec in PROFILES:
+            return spec
+        path = Path(spec)
+        looks_like_a_file = path.suffix.lower() in (".yaml", ".yml", ".json") or "/" in spec or os.sep in spec
+        if not (looks_like_a_file or (test_dir / path).exists()):
+            return spec  # an unknown profile: load_plan says so, with the known ones
+    elif isinstance(spec, Path):
+        path = spec
+    else:
+        return spec
+    return path if path.is_absolute() else test_dir / path
 
 
 def _use_engine(emulator: Emulator, engine: FaultEngine | ReplayEngine) -> None:

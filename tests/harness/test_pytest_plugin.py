@@ -155,3 +155,31 @@ def test_the_marker_takes_plan_by_keyword_and_refuses_what_it_does_not_take(pyte
             "*faults marker: takes one plan (first argument or plan=), got 2*",
         ]
     )
+
+
+RELATIVE_PLAN_TESTS = """
+import pytest, requests
+
+@pytest.mark.faults("plans/gateway.yaml")
+def test_plan_beside_the_test(sandbox_fusion_url):
+    r = requests.post(sandbox_fusion_url, json={"code": "print(1)", "language": "python"}, timeout=30)
+    assert r.status_code == 504
+
+@pytest.mark.faults("plans/missing.yaml")
+def test_missing_plan(sandbox_emulator):
+    pass
+"""
+
+
+def test_a_relative_plan_path_is_read_from_the_test_files_directory(pytester: pytest.Pytester) -> None:
+    """pytest runs from the rootdir, one level above the test and its plans: the path is the test's, not the
+    current directory's; a missing file is named by the absolute path that was tried."""
+    suite = pytester.mkdir("suite")
+    (suite / "plans").mkdir()
+    (suite / "plans" / "gateway.yaml").write_text(
+        "rules:\n  - id: gw\n    route: sandbox_fusion.run_code\n    fault: {status: 504}\n"
+    )
+    (suite / "test_relative.py").write_text(RELATIVE_PLAN_TESTS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "suite")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines([f"*{suite / 'plans' / 'missing.yaml'}: cannot read plan file*"])
