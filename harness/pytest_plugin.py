@@ -103,6 +103,8 @@ _SETTINGS = pytest.StashKey[ChaosSettings]()
 _EMULATOR = pytest.StashKey[Emulator]()
 _DUMPED = pytest.StashKey[bool]()
 _SEED = pytest.StashKey[int]()
+#: The test's decisions as they were when its emulator was restored (which resets the engine's log).
+_LOG = pytest.StashKey[DecisionLog]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -247,6 +249,8 @@ def attach_chaos(emulator: Emulator, request: pytest.FixtureRequest) -> Callable
     original = emulator.engine
 
     def restore() -> None:
+        # A teardown failure's report is built after this runs: it takes the test's decisions from here.
+        request.node.stash[_LOG] = DecisionLog(emulator.engine.log.records, max_records=None)
         _use_engine(emulator, original)
         emulator.set_faults(None)
         emulator.reset()
@@ -299,7 +303,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         return
     item.stash[_DUMPED] = True
     settings = _chaos_settings(item.config)
-    log: DecisionLog = emulator.engine.log
+    kept = item.stash.get(_LOG, None)
+    log: DecisionLog = kept if kept is not None else emulator.engine.log
     if not len(log):  # a log with no decisions replays nothing (and --chaos-replay refuses it)
         report.sections.append(("chaos replay", "no fault decisions: the test made no emulator request\n"))
         return

@@ -180,3 +180,35 @@ def test_virtual_time(virtual_time):
 """
     )
     _run_inprocess(pytester, monkeypatch, "f").assert_outcomes(passed=2)
+
+
+TEARDOWN_FAILURE = """
+import pytest, requests
+
+PLAN = {"rules": [{"id": "gw", "route": "sandbox_fusion.run_code", "attempts": "1", "fault": {"status": 504}}]}
+
+@pytest.fixture
+def checked(sandbox_emulator):
+    yield sandbox_emulator
+    assert not [e for e in sandbox_emulator.emulator.journal.entries() if e.fault], "a request ended in a fault"
+
+@pytest.mark.faults(PLAN)
+def test_checked_at_teardown(checked):
+    r = requests.post(checked.run_code_url, json={"code": "print(1)", "language": "python"}, timeout=30)
+    assert r.status_code == 504
+"""
+
+
+def test_a_failure_at_teardown_leaves_the_tests_decisions(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fixture's check that fails after the test: its report comes after the emulator was restored (and its log
+    reset), and must still write the test's decisions and name the replay."""
+    pytester.makepyfile(test_teardown=TEARDOWN_FAILURE)
+    result = _run_inprocess(pytester, monkeypatch, "t", "--chaos-log-dir", "logs")
+    result.assert_outcomes(passed=1, errors=1)
+    assert "no fault decisions" not in result.stdout.str()
+    logs = list((pytester.path / "logs").glob("*.jsonl"))
+    assert len(logs) == 1
+    assert [(route, kind) for route, _, _, kind in _decisions(logs[0])] == [("sandbox_fusion.run_code", "status")]
+    result.stdout.fnmatch_lines([f"*--chaos-replay={logs[0]}*"])
