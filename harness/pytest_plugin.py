@@ -105,6 +105,8 @@ _DUMPED = pytest.StashKey[bool]()
 _SEED = pytest.StashKey[int]()
 #: The test's decisions as they were when its emulator was restored (which resets the engine's log).
 _LOG = pytest.StashKey[DecisionLog]()
+#: The report attribute that carries a failing test's replay command (to the xdist controller too).
+_REPLAY_ATTR = "sandbox_emulator_replay"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -126,7 +128,9 @@ def pytest_configure(config: pytest.Config) -> None:
     raw_replay = config.getoption("--chaos-replay", None)
     replay = (here / raw_replay).resolve() if raw_replay else None
     replay_log = _load_replay(replay) if replay is not None else None
-    config.stash[_SETTINGS] = ChaosSettings(seed, log_dir, replay, replay_log)
+    settings = ChaosSettings(seed, log_dir, replay, replay_log)
+    config.stash[_SETTINGS] = settings
+    config.pluginmanager.register(_ReplaySummary(settings), "sandbox-emulator-replay-summary")
 
 
 def _load_replay(path: Path) -> DecisionLog:
@@ -324,16 +328,30 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             f"{len(log)} fault decisions (one per request) in {path}{seed_note}; replay exactly with:\n{command}\n",
         )
     )
-    settings.commands.append((item.nodeid, command))
+    # An attribute of the report travels with it from an xdist worker to the controller, which prints the summary.
+    setattr(report, _REPLAY_ATTR, command)
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    settings = config.stash.get(_SETTINGS, None)
-    if settings is None or not settings.commands:
-        return
-    terminalreporter.section("chaos replay")
-    for _, command in settings.commands:
-        terminalreporter.write_line(command)
+class _ReplaySummary:
+    """The end-of-run list of replay commands, one object per pytest run (registered at configure).
+
+    It collects them where the reports arrive: in this process, or under xdist in the controller, which prints the
+    summary (the worker that built a report keeps a list too, which nothing prints)."""
+
+    def __init__(self, settings: ChaosSettings) -> None:
+        self.settings = settings
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        command = getattr(report, _REPLAY_ATTR, None)
+        if isinstance(command, str):
+            self.settings.commands.append((report.nodeid, command))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.settings.commands:
+            return
+        terminalreporter.section("chaos replay")
+        for _, command in self.settings.commands:
+            terminalreporter.write_line(command)
 
 
 @pytest.fixture

@@ -212,3 +212,55 @@ def test_a_failure_at_teardown_leaves_the_tests_decisions(
     assert len(logs) == 1
     assert [(route, kind) for route, _, _, kind in _decisions(logs[0])] == [("sandbox_fusion.run_code", "status")]
     result.stdout.fnmatch_lines([f"*--chaos-replay={logs[0]}*"])
+
+
+AS_A_WORKER = """
+import json, os
+
+_config = None
+
+def pytest_configure(config):
+    global _config
+    _config = config
+
+def pytest_runtest_logreport(report):  # what an xdist worker sends its controller: the serialized report
+    data = _config.hook.pytest_report_to_serializable(config=_config, report=report)
+    with open(os.environ["WORKER_REPORTS"], "a") as out:
+        out.write(json.dumps(data) + "\\n")
+"""
+
+AS_THE_CONTROLLER = """
+import json, os, pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):  # what an xdist controller does with them: rebuild each and log it
+    config = session.config
+    with open(os.environ["WORKER_REPORTS"]) as lines:
+        for line in lines:
+            report = config.hook.pytest_report_from_serializable(config=config, data=json.loads(line))
+            config.hook.pytest_runtest_logreport(report=report)
+    return True
+"""
+
+
+def test_the_replay_summary_comes_from_the_reports_as_under_xdist(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under xdist a worker runs the test and the controller prints the summary, from the reports it is sent: the
+    command must travel in the report. The two halves run here as two pytest runs, joined by the serialized reports
+    that xdist would carry."""
+    reports = pytester.path / "reports.jsonl"
+    monkeypatch.setenv("WORKER_REPORTS", str(reports))
+    worker = pytester.mkdir("worker")
+    (worker / "conftest.py").write_text(AS_A_WORKER)
+    (worker / "test_user.py").write_text(USER_TESTS)
+    ran = _run_inprocess(pytester, monkeypatch, "w", "worker", "--chaos-seed", "5", "--chaos-log-dir", "logs")
+    ran.assert_outcomes(failed=1, passed=2)
+    command = next(line for line in ran.outlines if line.startswith("pytest ") and "--chaos-replay=" in line)
+    controller = pytester.mkdir("controller")
+    (controller / "conftest.py").write_text(AS_THE_CONTROLLER)
+    summary = pytester.runpytest_inprocess("-p", "no:cacheprovider", "controller", "--chaos-seed", "5")
+    lines = summary.outlines
+    headers = [n for n, line in enumerate(lines) if line.startswith("=") and " chaos replay " in line]
+    assert len(headers) == 1, lines  # the summary section (the failure's own section is "---- chaos replay ----")
+    assert lines[headers[0] + 1] == command, lines
