@@ -8,7 +8,8 @@ Fixtures:
 * ``emulator_journal`` - the journal of this test's requests.
 * ``sandbox_emulator_session`` - the session-scoped server itself.
 * ``daytona_config`` - a ``daytona.DaytonaConfig`` (the real SDK's) pointed at this test's emulator, with its key.
-* ``daytona_client`` - a sync ``daytona.Daytona`` built from ``daytona_config`` (needs the ``daytona`` extra).
+* ``daytona_client`` - a sync ``daytona.Daytona`` built from ``daytona_config`` (needs the ``daytona`` extra), shut
+  down after the test.
 * ``daytona_leaks`` - the Daytona sandbox report of this test (``.leaked``, ``.leaked_by(label)``, ``.max_alive``).
 * ``chaos_seed`` - the seed this test's fault plan runs with (derived from ``--chaos-seed`` and the node id).
 * ``chaos_judge`` - a ``harness.chaos.judges.ChaosJudge`` over this test's journal and decision log.
@@ -35,6 +36,7 @@ one usage error (exit 4) instead of an error in every test.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -369,10 +371,40 @@ def daytona_config(sandbox_emulator: EmulatorServer) -> Any:
 
 
 @pytest.fixture
-def daytona_client(daytona_config: Any) -> Any:
+def daytona_client(daytona_config: Any) -> Iterator[Any]:
     from daytona import Daytona
 
-    return Daytona(daytona_config)
+    client = Daytona(daytona_config)
+    try:
+        yield client
+    finally:
+        _shut_down_daytona(client)
+
+
+def _shut_down_daytona(client: Any) -> None:
+    """Stop what a sync ``Daytona`` client starts, which it has no ``close()`` for: its subscription-expiry thread,
+    its event socket and its connection pools. A client per test would otherwise leave a thread and a few
+    descriptors behind each test, for the rest of the session."""
+    close = getattr(client, "close", None)
+    if callable(close):  # a later SDK's own
+        close()
+        return
+    manager = getattr(client, "_subscription_manager", None)
+    if manager is not None:
+        manager.shutdown()
+        worker = getattr(manager, "_worker", None)
+        if isinstance(worker, threading.Thread) and worker is not threading.current_thread():
+            worker.join(5)  # it exits when told; joined, so the thread is gone when the next test starts
+    dispatcher = getattr(client, "_event_dispatcher", None)
+    if dispatcher is not None:
+        dispatcher.disconnect()
+    http = getattr(client, "_http_client", None)
+    if http is not None:
+        http.close()
+    for name in ("_api_client", "_toolbox_api_client"):
+        pools = getattr(getattr(getattr(client, name, None), "rest_client", None), "pool_manager", None)
+        if pools is not None:
+            pools.clear()
 
 
 @pytest.fixture
