@@ -101,6 +101,8 @@ class Journal:
         self.dropped = 0
         self._in_flight: Counter[str] = Counter()
         self._max_in_flight: Counter[str] = Counter()
+        # The requests begun since the last clear that have not ended, by identity: only their ends count down.
+        self._open: dict[int, JournalEntry] = {}
         self._now = clock.monotonic if clock is not None else time.monotonic
 
     def begin(self, route: str, method: str, path: str, key: str = "", attempt: int = 1) -> JournalEntry:
@@ -124,6 +126,7 @@ class Journal:
                 in_flight=current,
             )
             self._entries.append(entry)
+            self._open[id(entry)] = entry
         with self._changed:
             self._changed.notify_all()
         return entry
@@ -136,7 +139,8 @@ class Journal:
             entry.status = status
             entry.outcome = outcome
             entry.detail.update(detail)
-            self._in_flight[entry.route] -= 1
+            if self._open.pop(id(entry), None) is entry:  # else begun before a clear: counted then, not now
+                self._in_flight[entry.route] -= 1
         with self._changed:
             self._changed.notify_all()
 
@@ -149,11 +153,16 @@ class Journal:
             return self._changed.wait_for(lambda: predicate(self), timeout)
 
     def clear(self) -> None:
+        """Start afresh: no entries, nothing in flight. A request still in flight from before (a client that gave
+        up during a hang) belongs to the earlier journal: it is not counted in flight now, nor is its end, so what a
+        test reads is its own requests' (the journal belongs to the test that follows the clear)."""
         with self._lock:
             self._entries.clear()
             self._seq = 0
             self.dropped = 0
-            self._max_in_flight = Counter(self._in_flight)
+            self._open.clear()
+            self._in_flight = Counter()
+            self._max_in_flight = Counter()
 
     def entries(self, route: str | None = None, since: int = 0) -> list[JournalEntry]:
         """The entries kept (on ``route``, a prefix or exact name), oldest first; only those after sequence number
