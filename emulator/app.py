@@ -161,6 +161,7 @@ class Emulator:
             return executor
 
     async def aclose(self) -> None:
+        self.gate.served()
         self.daytona.close()
         if self._executor is not None and self._loop is asyncio.get_running_loop():
             await self._executor.aclose()

@@ -7,6 +7,7 @@ engine's clock, and then either answers with the injected fault or lets the real
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import Awaitable, Callable
@@ -111,12 +112,64 @@ def _action_response(action: FaultAction, extra_headers: dict[str, str], where: 
     return Response(body, status_code=status, headers=headers)
 
 
+def _stopping_answer() -> Response:
+    """The answer to a request whose hang the server stopping cut short."""
+    body = b'{"error": "the emulator is stopping"}'
+    return Response(body, status_code=503, media_type="application/json", headers={"Connection": "close"})
+
+
 class FaultGate:
     """Applies an engine's decisions to HTTP requests and records them in a journal."""
 
     def __init__(self, engine: FaultEngine, journal: Journal) -> None:
         self.engine = engine
         self.journal = journal
+        self._hangs: set[asyncio.Task[Any]] = set()  # the requests waiting out a hang
+        self._ended: set[asyncio.Task[Any]] = set()  # those of them cancelled by end_hangs, not by anything else
+        self._stopping: asyncio.AbstractEventLoop | None = None  # the loop of a server that is stopping
+
+    def end_hangs(self) -> list[asyncio.Task[Any]]:
+        """End the hangs waited out on the running loop now, and any that begin on it later: its server is stopping.
+        Returns the requests ended, for the server to let them answer before it closes their connections.
+
+        A hang lasts up to a day; a stopping server would wait its graceful timeout for them and then cancel them,
+        logging each as an error of the application. Ended here, each is answered as a server going away answers
+        (503 with ``Connection: close``; a WebSocket is closed with 1001) and journalled ``cancelled``."""
+        loop = asyncio.get_running_loop()
+        self._stopping = loop
+        ended = [task for task in self._hangs if task.get_loop() is loop and task not in self._ended]
+        for task in ended:
+            self._ended.add(task)
+            task.cancel()
+        return ended
+
+    def served(self) -> None:
+        """The server that called :meth:`end_hangs` has stopped: a later one, on its own loop, hangs in full."""
+        self._stopping = None
+
+    async def _hang(self, seconds: float) -> bool:
+        """Wait out a hang on the engine's clock; False when the server stopping ended it first.
+
+        The wait is the request's own (no task of its own, so a virtual clock wakes it as it wakes any sleeper);
+        :meth:`end_hangs` cancels it, and only that cancellation is taken back here."""
+        if self._stopping is asyncio.get_running_loop():
+            return False
+        task = asyncio.current_task()
+        assert task is not None  # a coroutine awaited on a loop runs in a task
+        self._hangs.add(task)
+        try:
+            await self.engine.clock.sleep(seconds)
+        except asyncio.CancelledError:
+            if task not in self._ended:
+                raise
+            uncancel = getattr(task, "uncancel", None)  # Python 3.11+: the task is no longer being cancelled
+            if uncancel is not None:
+                uncancel()
+            return False
+        finally:
+            self._hangs.discard(task)
+            self._ended.discard(task)
+        return True
 
     async def handle(
         self, route: str, request: Request, handler: Handler, *, ready_in_latency: bool = False
@@ -230,7 +283,9 @@ class FaultGate:
         """A fault on a WebSocket route: (the handshake's status, None for a reset; the journal's outcome)."""
         if action.kind == "hang":
             await websocket.accept()
-            await self.engine.clock.sleep(action.hang_seconds)
+            if not await self._hang(action.hang_seconds):
+                await websocket.close(1001)  # going away: the server is stopping
+                return 101, "cancelled"
             await websocket.close(1011 if action.then_reset else WS_TIMEOUT_CLOSE)
             return 101, "fault"
         if action.kind == "reset":
@@ -303,7 +358,8 @@ class FaultGate:
                 entry.detail.pop("rule", None)
             return response, "ok" if response.status_code < 400 else "invalid"
         if action.kind == "hang":
-            await self.engine.clock.sleep(action.hang_seconds)
+            if not await self._hang(action.hang_seconds):
+                return _stopping_answer(), "cancelled"
             if action.then_reset:
                 return ResetResponse(), "reset"
             return _action_response(action, {}, where), "fault"

@@ -69,11 +69,28 @@ def uvicorn_config(app: Any, host: str, port: int, log_level: str = "warning") -
     )
 
 
-class _NotifyingServer(uvicorn.Server):
+class _EmulatorUvicorn(uvicorn.Server):
+    """A uvicorn server that ends the emulator's injected hangs when it stops.
+
+    Without it, a request held by a hang (its client long gone, say) holds the stop for the graceful timeout and is
+    then cancelled, which uvicorn logs as an exception in the application."""
+
+    def __init__(self, config: uvicorn.Config, emulator: Emulator) -> None:
+        super().__init__(config)
+        self._emulator = emulator
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        ended = self._emulator.gate.end_hangs()
+        if ended:  # their answers first: uvicorn's own shutdown would close a WebSocket with 1012 before ours
+            await asyncio.wait(ended, timeout=GRACEFUL_SHUTDOWN_S)
+        await super().shutdown(sockets=sockets)
+
+
+class _NotifyingServer(_EmulatorUvicorn):
     """A uvicorn server that tells a thread when it accepts connections."""
 
-    def __init__(self, config: uvicorn.Config, ready: threading.Event) -> None:
-        super().__init__(config)
+    def __init__(self, config: uvicorn.Config, emulator: Emulator, ready: threading.Event) -> None:
+        super().__init__(config, emulator)
         self._ready = ready
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -99,7 +116,7 @@ class EmulatorServer:
         self.host = host
         self.port: int = self._sock.getsockname()[1]
         self._ready = threading.Event()
-        self._server = _NotifyingServer(uvicorn_config(self.emulator.app, host, self.port), self._ready)
+        self._server = _NotifyingServer(uvicorn_config(self.emulator.app, host, self.port), self.emulator, self._ready)
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
@@ -195,7 +212,7 @@ def serve_forever(
     """
     sock = bind_socket(host, port)
     bound_port: int = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn_config(emulator.app, host, bound_port, log_level=log_level))
+    server = _EmulatorUvicorn(uvicorn_config(emulator.app, host, bound_port, log_level=log_level), emulator)
 
     async def main() -> None:
         try:

@@ -215,7 +215,7 @@ def reset(scope: dict[str, Any]) -> None:
         raise EmulatedConnectionReset("connection reset by the emulator (injected fault)")
     sock = transport.get_extra_info("socket")
     if sock is not None:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError):  # uvloop: ValueError when the client closed it meanwhile
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     transport.abort()
 
