@@ -361,20 +361,34 @@ def sandbox_fusion_url(sandbox_emulator: EmulatorServer) -> str:
     return sandbox_emulator.run_code_url
 
 
+def _daytona_sdk(fixture: str) -> Any:
+    """The ``daytona`` SDK, or this test's failure saying which extra to install (not a bare ModuleNotFoundError
+    from inside the plugin)."""
+    try:
+        import daytona
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] != "daytona":
+            raise  # installed but broken: its own error says more
+    else:
+        return daytona
+    pytest.fail(  # out of the except block: the message alone, not chained to the ImportError
+        f"the {fixture} fixture needs the [daytona] extra (daytona is not installed); "
+        "install it with: pip install 'sandbox-emulator[daytona]'",
+        pytrace=False,
+    )
+
+
 @pytest.fixture
 def daytona_config(sandbox_emulator: EmulatorServer) -> Any:
-    from daytona import DaytonaConfig
-
-    return DaytonaConfig(
+    sdk = _daytona_sdk("daytona_config")
+    return sdk.DaytonaConfig(
         api_url=sandbox_emulator.url + "/api", api_key=sandbox_emulator.emulator.config.daytona.api_key
     )
 
 
 @pytest.fixture
 def daytona_client(daytona_config: Any) -> Iterator[Any]:
-    from daytona import Daytona
-
-    client = Daytona(daytona_config)
+    client = _daytona_sdk("daytona_client").Daytona(daytona_config)
     try:
         yield client
     finally:

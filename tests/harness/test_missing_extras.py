@@ -63,3 +63,18 @@ def test_validate_needs_verl_only_for_the_gsm8k_reward(tmp_path: Path) -> None:
     assert without_reward.returncode in (0, 1), without_reward.stderr  # validated: clean or with violations
     with_reward = _without("verl", "validate", str(dump), "--reward", "gsm8k")
     assert with_reward.returncode == 2 and "verl" in with_reward.stderr and "Traceback" not in with_reward.stderr
+
+
+def test_the_daytona_fixtures_without_the_sdk_say_which_extra_to_install(pytester: pytest.Pytester) -> None:
+    """Each test that asks for them fails with that one line, not a ModuleNotFoundError from inside the plugin."""
+    pytester.makeconftest("import sys\n\nsys.modules['daytona'] = None  # as if the extra were not installed\n")
+    pytester.makepyfile(
+        test_user="def test_config(daytona_config):\n    pass\n\n\ndef test_client(daytona_client):\n    pass\n"
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(errors=2)
+    out = result.stdout.str()
+    assert "ModuleNotFoundError" not in out and "Traceback" not in out and "another exception" not in out
+    assert "import of daytona halted" not in out
+    assert out.count("the daytona_config fixture needs the [daytona] extra (daytona is not installed)") >= 2
+    assert "pip install 'sandbox-emulator[daytona]'" in out
