@@ -28,9 +28,9 @@ Chaos options: ``--chaos-seed N`` (default 0) derives each test's plan seed from
 plan's own seed, so a test's decisions depend on nothing else. When a test that used the emulator fails, its decision
 log is written under ``--chaos-log-dir`` (default ``.chaos`` in the rootdir) and the failure report names the one
 command that replays it: ``pytest '<nodeid>' --chaos-replay=<log>``, which answers every request from that log
-(strictly: a request the log does not hold is an error). Both are checked once, at the start: a log dir that is a
-file or cannot be created, and a replay log that cannot be read, is not a decision log or holds no decisions, are
-one usage error (exit 4) instead of an error in every test.
+(strictly: a request the log does not hold is an error). Both are checked once, at the start: an empty path, a log dir
+that is a file or cannot be created, and a replay log that cannot be read, is not a decision log or holds no
+decisions, are one usage error (exit 4) instead of an error in every test.
 """
 
 from __future__ import annotations
@@ -123,11 +123,14 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     here = config.invocation_params.dir
     raw_dir = config.getoption("--chaos-log-dir", None)
+    raw_replay = config.getoption("--chaos-replay", None)
+    for option, raw in (("--chaos-log-dir", raw_dir), ("--chaos-replay", raw_replay)):
+        if raw is not None and not str(raw).strip():  # "--chaos-replay=$LOG" with LOG unset must not run unreplayed
+            raise pytest.UsageError(f"{option}: an empty path names nothing; give a path or leave the option out")
     log_dir = (here / raw_dir).resolve() if raw_dir else config.rootpath / ".chaos"
     problem = dir_problem(log_dir, "--chaos-log-dir", create=False) if raw_dir else None
     if problem is not None:  # said once, not as an INTERNALERROR at the first failing test
         raise pytest.UsageError(problem)
-    raw_replay = config.getoption("--chaos-replay", None)
     replay = (here / raw_replay).resolve() if raw_replay else None
     replay_log = _load_replay(replay) if replay is not None else None
     settings = ChaosSettings(seed, log_dir, replay, replay_log)

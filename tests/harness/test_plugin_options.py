@@ -124,3 +124,13 @@ def test_a_failing_test_with_no_requests_names_no_replay(pytester: pytest.Pytest
     result.stdout.fnmatch_lines(["*no fault decisions: the test made no emulator request*"])
     assert "--chaos-replay=" not in result.stdout.str()  # --chaos-replay refuses a log with no decisions
     assert not (pytester.path / "logs").exists()
+
+
+@pytest.mark.parametrize("option", ["--chaos-replay", "--chaos-log-dir"])
+@pytest.mark.parametrize("value", ["", " "])
+def test_an_empty_path_is_a_usage_error(pytester: pytest.Pytester, option: str, value: str) -> None:
+    """``--chaos-replay=$LOG`` with LOG unset was a run without any replay, as if the option were not given."""
+    pytester.makepyfile(test_x=RUNS_NOTHING)
+    assert _refused(pytester, f"{option}={value}") == (
+        f"{option}: an empty path names nothing; give a path or leave the option out"
+    )
