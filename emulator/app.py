@@ -28,7 +28,16 @@ from emulator.daytona.service import ROUTES as DAYTONA_ROUTES
 from emulator.daytona.service import DaytonaService
 from emulator.executor import Executor, ExecutorConfig
 from emulator.executor.zygote import ZygoteLost
-from emulator.faults import Clock, FaultEngine, FaultPlan, FaultPlanError, RealClock, load_plan, profile_names
+from emulator.faults import (
+    Clock,
+    FaultEngine,
+    FaultPlan,
+    FaultPlanError,
+    RealClock,
+    ReplayMissError,
+    load_plan,
+    profile_names,
+)
 from emulator.faults.plan import route_matches
 from emulator.faults.replay import ReplayEngine
 from emulator.faults.strict_load import DuplicateKeyError, json_loads_unique
@@ -296,6 +305,8 @@ _REPLAYING = "the emulator replays a decision log: its faults come from the log,
 def _server_error(exc: Exception) -> Response:
     """The real server's global handler: HTTP 500 with the message and the formatted traceback, split at its newlines
     (``traceback.format_exc().split('\\n')``: one line per item, an empty one last)."""
+    if isinstance(exc, ReplayMissError):  # the emulator's own refusal, not a server bug: the message is all of it
+        return json_response({"detail": str(exc)}, status=500)
     lines = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).split("\n")
     return json_response({"detail": str(exc), "traceback": lines}, status=500)
 

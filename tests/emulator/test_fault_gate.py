@@ -46,6 +46,30 @@ def test_a_request_whose_decision_failed_is_journalled_as_an_error() -> None:
     assert entry.finished is not None
 
 
+def test_a_replay_miss_is_answered_with_its_message_alone() -> None:
+    """A replay run against other tests than the log's: a short 500 naming the missing decision on every route (the
+    real server's traceback body is for its own failures), so a client or a test log shows the reason at once."""
+    emulator = Emulator()
+    replay = ReplayEngine([], strict=True, clock=emulator.clock)
+    emulator.engine = emulator.gate.engine = cast(FaultEngine, replay)
+
+    async def main() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=emulator.app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://sandbox") as client:
+            code = {"code": "print(1)", "language": "python"}
+            headers = {"Authorization": f"Bearer {DEFAULT_API_KEY}"}
+            return [
+                await client.post("/run_code", json=code),
+                await client.get("/v1/ping"),
+                await client.post("/api/sandbox", json={}, headers=headers),
+            ]
+
+    for answer in asyncio.run(main()):
+        assert answer.status_code == 500
+        assert list(answer.json()) == ["detail"]
+        assert answer.json()["detail"].startswith("no logged decision for route=")
+
+
 WS_PLAN = {"seed": 7, "rules": [{"id": "coin", "route": INTERPRETER, "probability": 0.5, "fault": 504}]}
 
 
