@@ -391,13 +391,16 @@ class DaytonaPool:
 
     async def _acquire(self) -> Any:
         assert self._free is not None
-        if not self._live and self._free.empty():
-            raise PoolExhaustedError("every sandbox failed and none could be replaced")
-        box = await self._free.get()
-        if box is _EXHAUSTED:
+        while True:
+            if not self._live and self._free.empty():
+                raise PoolExhaustedError("every sandbox failed and none could be replaced")
+            box = await self._free.get()
+            if box is not _EXHAUSTED:
+                return box
+            if self._live:  # a replacement made after the marker went in (two were under way): it is stale
+                continue
             self._free.put_nowait(box)  # for the next waiter
             raise PoolExhaustedError("every sandbox failed and none could be replaced")
-        return box
 
     async def run(self, program: str, timeout: float) -> ExecOutcome:
         from daytona import DaytonaConnectionTimeoutError, DaytonaError, DaytonaTimeoutError
@@ -579,6 +582,14 @@ def _fusion_outcome(data: Any) -> ExecOutcome:
 # --------------------------------------------------------------------------------------------------- reward
 
 
+def _put_back_sigint(loop: asyncio.AbstractEventLoop, previous: Any) -> None:
+    """Drop whatever SIGINT handler ``loop`` holds (ours, or one a library added on it: the Daytona SDK's engineio
+    adds its own at its first connection) and give the caller's disposition back, ``SIG_IGN`` included."""
+    loop.remove_signal_handler(signal.SIGINT)  # when it held one, this installs Python's default handler
+    if previous is not None:  # None: installed outside Python, nothing we can put back
+        signal.signal(signal.SIGINT, previous)
+
+
 class SandboxReward:
     """TRL reward function over a backend; use as a context manager so the sandboxes go away whatever happens.
 
@@ -627,7 +638,10 @@ class SandboxReward:
             return loop.run_until_complete(task)  # signals go to the main thread only
         previous = signal.getsignal(signal.SIGINT)
         if previous is signal.SIG_IGN:
-            return loop.run_until_complete(task)
+            try:
+                return loop.run_until_complete(task)
+            finally:  # a library's handler added meanwhile (engineio's) must not un-ignore it
+                _put_back_sigint(loop, previous)
         interrupted = False
 
         def on_sigint() -> None:
@@ -643,9 +657,7 @@ class SandboxReward:
                 raise KeyboardInterrupt from None
             raise
         finally:
-            loop.remove_signal_handler(signal.SIGINT)  # this installs Python's default handler
-            if previous is not None:  # None: installed outside Python, nothing we can put back
-                signal.signal(signal.SIGINT, previous)
+            _put_back_sigint(loop, previous)
         if interrupted:  # the task finished anyway: the Ctrl-C still stops the caller
             raise KeyboardInterrupt
         return result
@@ -695,10 +707,8 @@ class SandboxReward:
             if not interrupted:
                 raise
         finally:
-            if previous is not signal.SIG_IGN:
-                loop.remove_signal_handler(signal.SIGINT)
-                if previous is not None:
-                    signal.signal(signal.SIGINT, previous)
+            if main:
+                _put_back_sigint(loop, previous)
             left = [t for t in asyncio.all_tasks(loop) if not t.done()]
             if left:  # what the interrupted cleanup cancelled: let it unwind before the loop goes
                 loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))

@@ -7,6 +7,7 @@ sandbox without a retry.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -380,3 +381,50 @@ def test_a_throttled_run_waits_as_asked_and_keeps_its_sandbox(
     report = judge.compliance(routes=("daytona.interpreter.context.create",), skip=("jitter",))
     assert report.ok, report.render()
     assert len(report.waits) == 2 and all(waited >= required for _, _, required, waited in report.waits)
+
+
+def test_a_replacement_made_after_the_exhausted_marker_is_handed_out() -> None:
+    """Two sandboxes are replaced at once: one replacement fails while the other is still being made, so for a moment
+    the pool has no live sandbox and wakes its waiters. The other then arrives; the pool must hand it out, not
+    refuse every other completion with PoolExhaustedError."""
+    from daytona import DaytonaError
+
+    class Box:
+        def __init__(self, name: str) -> None:
+            self.id = name
+
+        async def delete(self) -> None:
+            return None
+
+    async def main() -> list[str]:
+        pool = DaytonaPool(2, create_attempts=1)
+        pool._free = asyncio.Queue()
+        first, second = Box("a"), Box("b")
+        pool._live = {first.id: first, second.id: second}
+        slow = asyncio.Event()
+        started = asyncio.Event()
+        creates: list[int] = []
+
+        class Client:
+            async def create(self, params: Any, timeout: Any = None) -> Box:
+                creates.append(1)
+                if len(creates) == 1:  # the second sandbox's replacement: slow, and it succeeds
+                    started.set()
+                    await slow.wait()
+                    return Box("c")
+                raise DaytonaError("HTTP 503")  # the first one's: fails
+
+        pool._daytona = Client()
+        later = asyncio.create_task(pool._replace(second))
+        await started.wait()
+        await pool._replace(first)  # no live sandbox now: the waiters are told
+        slow.set()
+        await later
+        got: list[str] = []
+        for _ in range(4):
+            box = await pool._acquire()
+            got.append(box.id)
+            pool._free.put_nowait(box)
+        return got
+
+    assert asyncio.run(main()) == ["c"] * 4

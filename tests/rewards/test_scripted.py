@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import os
@@ -198,6 +199,44 @@ def test_the_callers_sigint_handler_is_kept(
         assert signal.getsignal(signal.SIGINT) is handler
         reward.close()
         assert signal.getsignal(signal.SIGINT) is handler
+    finally:
+        signal.signal(signal.SIGINT, original)
+
+
+class _LibraryAddsItsHandler:
+    """A backend that, like the Daytona SDK's engineio at its first connection, adds a SIGINT handler to the running
+    loop; each run sends SIGINT to the process and lets the loop turn a few times."""
+
+    def __init__(self) -> None:
+        self.library_handler_ran = 0
+
+    def _library_handler(self) -> None:
+        self.library_handler_ran += 1
+
+    async def start(self) -> None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGINT, self._library_handler)
+
+    async def run(self, program: str, timeout: float) -> ExecOutcome:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(5):  # loop turns, for a handler woken by the signal to run
+            await asyncio.sleep(0)
+        return ExecOutcome(stdout='{"results": [true, true]}\n')
+
+    async def close(self) -> None:
+        return None
+
+
+def test_an_ignored_sigint_stays_ignored_after_a_library_adds_a_handler() -> None:
+    original = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        backend = _LibraryAddsItsHandler()
+        reward = SandboxReward(backend, "fizzbuzz_count", timeout=1.0)
+        reward.open()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # the library's handler did not stay
+        assert reward(["p"], ["def fizzbuzz_count(n):\n    return 0\n"]) == [1.0]  # not interrupted
+        reward.close()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert backend.library_handler_ran == 0
     finally:
         signal.signal(signal.SIGINT, original)
 
