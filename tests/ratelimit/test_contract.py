@@ -175,7 +175,7 @@ def test_acquire_after_an_absorbed_cancellation(make_limiter: Any) -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):  # absorbed, as a library's cleanup step may do
             await asyncio.sleep(0)
-        assert task.cancelling() == 1
+        assert getattr(task, "cancelling", lambda: 1)() == 1  # Task.cancelling() is new in 3.11; the rest runs on 3.10
         async with limiter.slot():
             return int(limiter.held)
 
