@@ -711,17 +711,18 @@ class DaytonaService:
     def ws_identity(self, websocket: WebSocket) -> str:
         """The WebSocket's path with the random ids this emulator made replaced by stable ones, for its fault key.
 
-        The sandbox's id (a uuid4) becomes its name when the client named it, else ``#n``, its creation ordinal since
-        the last reset; a session command's id (a uuid4 too) becomes ``#n``, its place in the session. Two runs that
-        create their sandboxes and commands in the same order then give the same request the same key, so the same
-        plan and seed decide alike and a decision log replays. Ids that name nothing stay as they are."""
+        The sandbox's id (a uuid4) becomes ``#n``, its creation ordinal since the last reset, and a session command's
+        id (a uuid4 too) ``#n``, its place in the session. Two runs that create their sandboxes and commands in the
+        same order then give the same request the same key, so the same plan and seed decide alike and a decision log
+        replays. Not the sandbox's name: clients make names unique with random parts (DaytonaTool does), and a name
+        used again after a delete would carry one sandbox's attempts to the next. Ids that name nothing stay."""
         params = websocket.path_params
         sid = params["sid"]
         parts = websocket.url.path.split("/")
         sandbox = self.store.find(sid)
         if sandbox is None:
             return websocket.url.path
-        stable = sandbox.name if sandbox.name != sandbox.id else f"#{sandbox.ordinal}"
+        stable = f"#{sandbox.ordinal}"
         parts = [stable if part == sid else part for part in parts]
         command = params.get("command")
         if command is not None:

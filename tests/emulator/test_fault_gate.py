@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import uuid
 from typing import cast
 
 import aiohttp
@@ -74,14 +75,15 @@ WS_PLAN = {"seed": 7, "rules": [{"id": "coin", "route": INTERPRETER, "probabilit
 
 
 def _ws_decisions(explicit_key: str | None = None) -> list[tuple[str, int, str]]:
-    """(key, attempt, kind) of six interpreter WebSockets on one sandbox of a fresh emulator, then one on a sandbox
-    the client named."""
+    """(key, attempt, kind) of six interpreter WebSockets on one sandbox of a fresh emulator, then one on a second
+    sandbox, which its client named with a random part (as DaytonaTool names its sandboxes)."""
     headers = {"Authorization": f"Bearer {DEFAULT_API_KEY}"}
     with EmulatorServer(Emulator(faults=WS_PLAN)) as server:
         api = requests.Session()
         api.headers.update(headers)
         sandboxes = [api.post(server.url + "/api/sandbox", json={}, timeout=30).json()["id"]]
-        sandboxes.append(api.post(server.url + "/api/sandbox", json={"name": "mine"}, timeout=30).json()["id"])
+        name = f"mine-{uuid.uuid4().hex[:6]}"
+        sandboxes.append(api.post(server.url + "/api/sandbox", json={"name": name}, timeout=30).json()["id"])
 
         async def connect(sandbox_id: str) -> None:
             url = server.url.replace("http", "ws", 1) + f"/toolbox/{sandbox_id}/process/interpreter/execute"
@@ -107,7 +109,7 @@ def _ws_decisions(explicit_key: str | None = None) -> list[tuple[str, int, str]]
 def test_two_fresh_emulators_with_one_plan_decide_alike_on_a_websocket() -> None:
     """A WebSocket's key was a hash of its path, which holds the sandbox's random id: two runs of one plan and seed
     decided differently, and a decision log never matched a new run. It is now keyed by the sandbox's creation
-    ordinal (or the name its client gave it)."""
+    ordinal, even where the client named the sandbox (names carry random parts too)."""
     first, second = _ws_decisions(), _ws_decisions()
     assert first == second
     assert [attempt for _, attempt, _ in first] == [1, 2, 3, 4, 5, 6, 1]
