@@ -137,7 +137,8 @@ class FaultGate:
         (503 with ``Connection: close``; a WebSocket is closed with 1001) and journalled ``cancelled``."""
         loop = asyncio.get_running_loop()
         self._stopping = loop
-        ended = [task for task in self._hangs if task.get_loop() is loop and task not in self._ended]
+        hangs = list(self._hangs)  # one step under the GIL: a server of this emulator on another thread may add one
+        ended = [task for task in hangs if task.get_loop() is loop and task not in self._ended]
         for task in ended:
             self._ended.add(task)
             task.cancel()
