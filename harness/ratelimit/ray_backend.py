@@ -1,7 +1,8 @@
 """The ``ray`` backend: one named async actor per limiter name, shared by every process of a Ray cluster.
 
-The actor (``ratelimit:<name>`` in the Ray namespace ``namespace``, by default :data:`DEFAULT_NAMESPACE` whatever the
-caller's; detached by default so it does not die with the worker that happened to create it) runs
+The actor (``ratelimit:<name>`` in the Ray namespace ``namespace``, by default the job's when its driver named one,
+else :data:`DEFAULT_NAMESPACE`: see :func:`default_namespace`; detached by default so it does not die with the
+worker that happened to create it) runs
 :class:`~harness.ratelimit.core.LimiterCore`. Each :class:`RayLimiter` is one holder: ``acquire`` sends a fresh request
 id and waits on the actor; if the caller is cancelled (or the call fails) it fires ``withdraw(request id)``, which
 dequeues the request or returns its grant, whichever happened, exactly once. While it holds or waits for tickets the
@@ -20,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import ray
 from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
@@ -40,8 +41,8 @@ from harness.ratelimit.factory import check_namespace
 log = logging.getLogger(__name__)
 
 ACTOR_PREFIX = "ratelimit:"
-#: The Ray namespace of limiter actors made without one. A fixed one, not the job's: a detached actor in a job's
-#: anonymous namespace (a driver's plain ``ray.init()``) outlives the job where nobody can name it to kill it.
+#: The Ray namespace of limiter actors made without one by a job whose own namespace is anonymous (a driver's plain
+#: ``ray.init()``): a detached actor in that namespace would outlive the job where nobody could name it to kill it.
 DEFAULT_NAMESPACE = "sandbox-ratelimit"
 #: Concurrent acquires one actor accepts (every waiting acquire occupies one).
 MAX_CONCURRENCY = 10_000
@@ -131,13 +132,30 @@ def actor_name(name: str) -> str:
     return ACTOR_PREFIX + name
 
 
+def default_namespace() -> str:
+    """Where a limiter made without a namespace lives: the job's own namespace when its driver named one
+    (``ray.init(namespace=...)``), else :data:`DEFAULT_NAMESPACE`.
+
+    Ray gives a driver that names none an anonymous namespace, a random UUID that no later job can name: the
+    limiter's detached actor there could never be found again (to share, or to kill). A namespace that reads as a
+    UUID is taken for such a one."""
+    current = ray.get_runtime_context().namespace if ray.is_initialized() else None
+    if not current:
+        return DEFAULT_NAMESPACE
+    try:
+        UUID(current)
+    except ValueError:
+        return str(current)
+    return DEFAULT_NAMESPACE
+
+
 def get_actor(config: LimiterConfig, *, namespace: str | None = None, detached: bool = True) -> Any:
     """The named actor for ``config.name``, created on first use (no config check: see :meth:`RayLimiter.open`)."""
     if not ray.is_initialized():
         raise LimiterConfigError("the ray limiter backend needs ray.init() first (or use backend: local | redis)")
     options: dict[str, Any] = {
         "name": actor_name(config.name),
-        "namespace": namespace or DEFAULT_NAMESPACE,
+        "namespace": namespace or default_namespace(),
         "get_if_exists": True,
     }
     if detached:
@@ -315,15 +333,22 @@ def _actor_id(actor: Any) -> str:
 
 
 def kill(name: str, namespace: str | None = None, timeout: float = 30.0) -> bool:
-    """Kill the named limiter actor (tests, or a config change between jobs) in ``namespace`` (default
-    :data:`DEFAULT_NAMESPACE`, where limiters made without one live); ``False`` if there was none.
+    """Kill the named limiter actor (tests, or a config change between jobs) in ``namespace`` (by default this job's
+    :func:`default_namespace`, then :data:`DEFAULT_NAMESPACE`, where anonymous jobs' limiters live); ``False`` if
+    there was none.
 
     Returns once the actor is dead and its name free (``ray.kill`` only asks for it): a call made after this meets a
     dead actor, never the old one still serving, and a limiter made after it is a new one. ``TimeoutError`` if that
     has not happened within ``timeout`` seconds."""
-    try:
-        handle = ray.get_actor(actor_name(name), namespace=namespace or DEFAULT_NAMESPACE)
-    except ValueError:
+    places = [namespace] if namespace else list(dict.fromkeys([default_namespace(), DEFAULT_NAMESPACE]))
+    for place in places:  # without a namespace: this job's, then where anonymous jobs' limiters live
+        try:
+            handle = ray.get_actor(actor_name(name), namespace=place)
+        except ValueError:
+            continue
+        namespace = place
+        break
+    else:
         return False
     ray.kill(handle, no_restart=True)
     deadline = time.monotonic() + timeout
@@ -340,7 +365,7 @@ def kill(name: str, namespace: str | None = None, timeout: float = 30.0) -> bool
                 pass
         else:
             try:
-                found = ray.get_actor(actor_name(name), namespace=namespace or DEFAULT_NAMESPACE)
+                found = ray.get_actor(actor_name(name), namespace=namespace)
             except ValueError:
                 return True
             if found._actor_id != handle._actor_id:  # already someone's new limiter of that name

@@ -60,7 +60,7 @@ def test_release_is_served_while_acquires_fill_their_group(ray_backend: Any, mon
 def test_a_job_without_a_namespace_leaves_an_actor_others_can_kill(ray_backend: Any) -> None:
     """A job with a plain ``ray.init()`` (an anonymous namespace) makes the detached actor in the fixed default
     namespace, not in its own, where it outlived the job out of everyone's reach; ``kill(name)`` from another job
-    (the test's own namespace) finds it."""
+    (the test's own, named namespace, where its own limiters live) finds it there too."""
     import ray
 
     name = f"job-{uuid.uuid4().hex[:8]}"
@@ -97,7 +97,7 @@ def test_permits_of_a_dead_actor_are_released_quietly(ray_backend: Any) -> None:
         await client.release(first)  # meets the dead actor: nothing to give back
         beats = await client._heartbeat_once()
         try:
-            ray.get_actor(ray_backend.actor_name(config.name), namespace=ray_backend.DEFAULT_NAMESPACE)
+            ray.get_actor(ray_backend.actor_name(config.name), namespace=ray_backend.default_namespace())
             recreated = True
         except ValueError:
             recreated = False
