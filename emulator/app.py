@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fastapi import FastAPI
 from starlette.requests import Request
@@ -134,6 +134,15 @@ class Emulator:
         plan = _to_plan(faults)
         self.engine.set_plan(plan)
         return plan
+
+    def use_engine(self, engine: FaultEngine | ReplayEngine) -> None:
+        """Decide with ``engine`` from the next request on: a ``ReplayEngine`` (built on this emulator's ``clock``) to
+        replay a decision log, or a ``FaultEngine`` to go back to a plan. The gate holds the engine too; both are
+        pointed at it here."""
+        if not isinstance(engine, FaultEngine | ReplayEngine):
+            raise TypeError(f"use_engine takes a FaultEngine or a ReplayEngine, got {type(engine).__name__}")
+        self.engine = cast(FaultEngine, engine)  # a ReplayEngine has the decide/release/clock/log surface used
+        self.gate.engine = cast(FaultEngine, engine)
 
     def reset(self) -> None:
         """Forget requests and counters; keep the plan. Called between tests."""

@@ -40,7 +40,7 @@ import threading
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -217,8 +217,7 @@ def _beside_test(spec: Any, test_dir: Path) -> Any:
 
 def _use_engine(emulator: Emulator, engine: FaultEngine | ReplayEngine) -> None:
     """Point the emulator and its gate (which holds its own reference) at ``engine``; both read it per request."""
-    emulator.engine = cast(FaultEngine, engine)  # a ReplayEngine has the decide/release/clock/log surface the gate uses
-    emulator.gate.engine = cast(FaultEngine, engine)
+    emulator.use_engine(engine)
 
 
 @pytest.fixture(scope="session")
@@ -448,4 +447,4 @@ def emulator_journal(sandbox_emulator: EmulatorServer) -> Journal:
     return sandbox_emulator.emulator.journal
 
 
-__all__ = ["Emulator"]
+__all__ = ["attach_chaos"]

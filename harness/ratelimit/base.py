@@ -10,6 +10,7 @@ each ticket to its holder, which heartbeats; tickets of a dead holder are reclai
 from __future__ import annotations
 
 import abc
+import difflib
 import math
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -117,7 +118,9 @@ class LimiterConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known, key=repr)
         if unknown:
-            raise LimiterConfigError(f"unknown limiter config keys: {unknown}")
+            close = difflib.get_close_matches(str(unknown[0]), sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {sorted(known)}"
+            raise LimiterConfigError(f"unknown limiter config keys: {unknown}{hint}")
         values = dict(data)
         adaptive = values.get("adaptive")
         if adaptive is True:

@@ -755,7 +755,8 @@ class SandboxReward:
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         """Score ``completions``. Under TRL (which passes ``log_metric``) also log, per step, the fraction of
         completions that were not run, timed out, raised, or failed outside the program, and for a Daytona pool
-        the runs retried and sandboxes replaced: infrastructure trouble shows in the training logs."""
+        the tries that failed outside the program and the sandboxes replaced: infrastructure trouble shows in the
+        training logs."""
         if self._loop is None:
             raise RuntimeError("SandboxReward is not open: use it as a context manager or call open()")
         stats = getattr(self.backend, "stats", None)
@@ -767,6 +768,6 @@ class SandboxReward:
             for kind in OUTCOME_KINDS:
                 log_metric(f"sandbox/{kind}", kinds[kind] / len(completions))
             if before is not None and isinstance(stats, PoolStats):
-                log_metric("sandbox/retried_runs", float(stats.infra_failures - before[0]))
+                log_metric("sandbox/failed_tries", float(stats.infra_failures - before[0]))
                 log_metric("sandbox/replaced", float(stats.replaced - before[1]))
         return rewards

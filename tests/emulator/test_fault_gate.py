@@ -203,3 +203,20 @@ def test_a_denied_websocket_logs_no_error() -> None:
         finally:
             logger.removeHandler(handler)
     assert [r.getMessage() for r in records] == []
+
+
+def test_use_engine_replays_a_decision_log_and_goes_back_to_a_plan() -> None:
+    """The public way to replay a log in an emulator of one's own (the plugin's ``--chaos-replay`` uses it)."""
+    import pytest
+
+    emulator = Emulator(faults={"rules": [{"route": "sandbox_fusion.ping", "fault": 503}]})
+    assert _get(emulator, "/v1/ping").status_code == 503
+    log = emulator.engine.log
+    emulator.use_engine(ReplayEngine(log, strict=True, clock=emulator.clock))
+    assert emulator.replaying and emulator.gate.engine is emulator.engine
+    emulator.reset()  # the attempts start again: the replay answers the first attempt as the log did
+    assert _get(emulator, "/v1/ping").status_code == 503
+    emulator.use_engine(FaultEngine(clock=emulator.clock))
+    assert not emulator.replaying and _get(emulator, "/v1/ping").status_code == 200
+    with pytest.raises(TypeError, match="FaultEngine or a ReplayEngine"):
+        emulator.use_engine("replay.jsonl")  # type: ignore[arg-type]

@@ -138,7 +138,7 @@ def test_grpo_under_faults_gets_the_same_rewards_and_leaves_no_sandbox(
     assert isinstance(pool, DaytonaPool)
     refused = [e for e in emulator_journal.entries(EXECUTE) if e.fault is not None]
     assert len(refused) == pool.stats.infra_failures == 3
-    assert sum(step["sandbox/retried_runs"] for step in outcome.steps) == 3  # in the trainer's logs too
+    assert sum(step["sandbox/failed_tries"] for step in outcome.steps) == 3  # in the trainer's logs too
     assert pool.stats.create_failures == 2 and pool.stats.orphans_deleted == 1
     report = sandbox_emulator.emulator.daytona_report()
     assert report.leaked == []

@@ -167,7 +167,7 @@ def test_trl_log_metric_gets_the_outcome_fractions(daytona_reward: Callable[...,
         "sandbox/program_error": 0.25,
         "sandbox/timeout": 0.25,
         "sandbox/infra_error": 0.0,
-        "sandbox/retried_runs": 0.0,
+        "sandbox/failed_tries": 0.0,
         "sandbox/replaced": 1.0,  # the timed-out sandbox
     }
     assert reward.outcomes == {"ran": 1, "not_run": 1, "program_error": 1, "timeout": 1}

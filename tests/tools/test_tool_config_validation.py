@@ -64,6 +64,7 @@ COMMON_BAD: list[tuple[dict[str, Any], str]] = [
     # each passed the build and made every call fail
     ({"rate_limiter": {"backend": "ray", "namespace": ""}}, "namespace"),
     ({"rate_limiter": {"backend": "ray", "namespace": 123}}, "namespace"),
+    ({"rate_limiter": {"backend": "local", "limt": 2}}, "did you mean 'limit'?"),  # as at the top level and in retry
 ]
 
 SANDBOX_FUSION_BAD: list[tuple[dict[str, Any], str]] = [
