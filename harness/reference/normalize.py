@@ -45,12 +45,14 @@ def normalize_result(result: Any) -> Any:
 
 
 def normalize_run_code(body: Any) -> Any:
-    """A ``/run_code`` answer (or a 422 detail) with only run-to-run noise removed."""
+    """A ``/run_code`` answer (or a 422 detail) with only run-to-run noise removed. Only the results present are
+    normalised: an absent key must stay absent, or it would compare equal to one that is null."""
     if not isinstance(body, dict) or "status" not in body:
         return body
     out = dict(body)
-    out["compile_result"] = normalize_result(body.get("compile_result"))
-    out["run_result"] = normalize_result(body.get("run_result"))
+    for key in ("compile_result", "run_result"):
+        if key in out:
+            out[key] = normalize_result(out[key])
     if isinstance(out.get("message"), str):
         out["message"] = normalize_text(out["message"])
     return out
