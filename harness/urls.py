@@ -3,24 +3,35 @@ one clear error rather than a connection error on every request."""
 
 from __future__ import annotations
 
+import re
 import socket
 from urllib.parse import urlsplit
+
+#: The ``user:password@`` of an authority: credentials, never to be stored or printed.
+_USERINFO = re.compile(r"\A([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
+
+
+def without_userinfo(raw: str) -> str:
+    """``raw`` without its ``user:password@``, for anything stored or printed (the credentials still go with the
+    requests). Works on a malformed URL too, since its error message prints it."""
+    return _USERINFO.sub(r"\1", raw)
 
 
 def url_problem(raw: str) -> str | None:
     """Why ``raw`` cannot name a service (an http(s) URL with a host, a valid port, no query or fragment: the
     commands append paths to it), or None if it can."""
+    shown = without_userinfo(raw)
     try:
         parsed = urlsplit(raw)
         port = parsed.port
     except ValueError as exc:  # an unclosed [IPv6 bracket, a port that is no number or out of range
-        return f"{raw!r} is not a valid URL: {exc}"
+        return f"{shown!r} is not a valid URL: {exc}"
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        return f"{raw!r} is not an http(s) URL with a host"
+        return f"{shown!r} is not an http(s) URL with a host"
     if port == 0:
-        return f"{raw!r} has no valid port"
+        return f"{shown!r} has no valid port"
     if parsed.query or parsed.fragment:
-        return f"{raw!r} has a query or fragment; give the service's base URL"
+        return f"{shown!r} has a query or fragment; give the service's base URL"
     return None
 
 
@@ -34,7 +45,7 @@ def unreachable(raw: str, timeout: float = 5.0) -> str | None:
         parsed = urlsplit(raw)
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
     except ValueError:
-        return f"{raw!r} has no valid host and port"
+        return f"{without_userinfo(raw)!r} has no valid host and port"
     host = parsed.hostname or ""
     try:
         with socket.create_connection((host, port), timeout=timeout):

@@ -198,7 +198,7 @@ def run_check(
             continue
         cases = select(suite[service], patterns)
         answers = run_suite(targets[service], cases)
-        report.services.append(check_service(service, cases, snapshot, answers, registry, targets[service].url))
+        report.services.append(check_service(service, cases, snapshot, answers, registry, targets[service].shown))
     return report
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from harness.reference.suite import SERVICES, Target, base_url, probe
-from harness.urls import unreachable, url_problem
+from harness.urls import unreachable, url_problem, without_userinfo
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -97,7 +97,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     url = _option(config, "reference_url")
     if not url:
         return None
-    return f"reference: {_service(config)} at {url} (not the emulator)"
+    return f"reference: {_service(config)} at {without_userinfo(str(url))} (not the emulator)"
 
 
 def _live(config: pytest.Config, service: str) -> str | None:

@@ -77,7 +77,7 @@ def record(target: Target, out: Path, suite_path: Path | None = None, patterns: 
         status = refused(case, answers[case.id])
         if status is not None:
             raise Refused(refusal(target, status, f"case {case.id}"))
-    answered = from_answers(target.service, target.url, answers)
+    answered = from_answers(target.service, target.shown, answers)
     for cid in (cid for cid, a in answers.items() if a.status is None):
         print(f"sandbox-emulator record: {cid}: no answer ({answers[cid].error})", file=sys.stderr)
     if not answered.cases:
@@ -133,10 +133,10 @@ def main(args: argparse.Namespace) -> int:
         return 2
     got = len(done.answered.cases)
     if not done.written:
-        none = f"recorded none of {len(cases)} {args.service} cases from {target.url}"
+        none = f"recorded none of {len(cases)} {args.service} cases from {target.shown}"
         print(f"{none}: {_untouched(path)}", file=sys.stderr)
         return 1
-    print(f"recorded {got} of {len(cases)} {args.service} cases from {target.url} into {path}")
+    print(f"recorded {got} of {len(cases)} {args.service} cases from {target.shown} into {path}")
     if done.kept:
         print(f"kept the earlier answers of {len(done.kept)} cases not recorded now: {', '.join(done.kept)}")
     return 0 if got == len(cases) else 1

@@ -19,6 +19,7 @@ import yaml
 
 from harness.paths import FIXTURES
 from harness.reference.normalize import NORMALIZERS
+from harness.urls import without_userinfo
 
 SERVICES = ("sandbox-fusion", "daytona")
 BASES = ("api", "toolbox")
@@ -83,6 +84,11 @@ class Target:
     service: str
     url: str
     api_key: str | None = None
+
+    @property
+    def shown(self) -> str:
+        """The URL as stored and printed: without a ``user:password@`` (the requests still carry it)."""
+        return without_userinfo(self.url)
 
 
 #: Per service, a request that any working instance answers with a 2xx, whatever the suite holds: it tells a wrong
@@ -298,9 +304,9 @@ def probe(target: Target, timeout: float = 30.0) -> str | None:
         return None
     if answer.status in AUTH_STATUSES:
         return refusal(target, answer.status, f"its probe {method} {path}")
-    said = f"{method} {target.url}{path} answered {answer.status} {_phrase(answer.status)}"
+    said = f"{method} {target.shown}{path} answered {answer.status} {_phrase(answer.status)}"
     if answer.status in (404, 405):
-        return f"{said}: is {target.url} the base URL? ({_BASE_HINTS[target.service]})"
+        return f"{said}: is {target.shown} the base URL? ({_BASE_HINTS[target.service]})"
     return f"{said}, not 2xx: the service is not working"
 
 

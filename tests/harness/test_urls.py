@@ -51,3 +51,19 @@ def test_a_closed_port_a_bad_port_and_an_unknown_host_are_said() -> None:
     assert unreachable("http://[::1") == "'http://[::1' has no valid host and port"
     problem = unreachable("https://sandbox.invalid/api")  # .invalid never resolves (RFC 2606)
     assert problem is not None and problem.startswith("cannot resolve 'sandbox.invalid'")
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://u:pw@h:1/x", "http://h:1/x"),
+        ("https://tok@h/a@b", "https://h/a@b"),
+        ("http://[::1", "http://[::1"),
+        ("http://u:p@[::1", "http://[::1"),
+    ],
+)
+def test_credentials_are_never_shown(url: str, shown: str) -> None:
+    from harness.urls import without_userinfo
+
+    assert without_userinfo(url) == shown
+    assert "p@" not in (url_problem(url.replace("/x", "?q")) or "") and ":pw" not in (url_problem(url) or "")

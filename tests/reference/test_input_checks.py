@@ -200,3 +200,22 @@ def test_record_checks_its_out_dir_before_any_request(tmp_path: Path, capsys: py
         assert "exists and is not a directory; nothing recorded" in capsys.readouterr().err
         assert server.emulator.journal.entries() == []
     assert blocker.read_text() == "kept\n"
+
+
+def test_credentials_in_the_url_are_never_stored_or_printed(
+    reference_emulator: EmulatorServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bare = reference_emulator.url
+    url = bare.replace("http://", "http://user:s3cretpw@")
+    assert main(["record", "--target", url, "--cases", "01_*", "--out", str(tmp_path)]) == 0
+    assert f"from {bare} into" in capsys.readouterr().out
+    assert json.loads((tmp_path / "sandbox-fusion.json").read_text())["source"] == bare
+    assert "s3cretpw" not in (tmp_path / "sandbox-fusion.json").read_text()
+    assert main(["check-reference", "--reference-url", url, "--snapshots", str(tmp_path), "--cases", "01_*"]) == 0
+    assert f"sandbox-fusion against {bare}: 1 ok" in capsys.readouterr().out
+    assert main(["check-reference", "--reference-url", url + "/nope", "--snapshots", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert f"GET {bare}/nope/v1/ping answered 404" in captured.err
+    assert "s3cretpw" not in captured.out + captured.err
+    assert main(["record", "--target", url + "?x=1", "--out", str(tmp_path)]) == 2
+    assert "s3cretpw" not in capsys.readouterr().err

@@ -158,3 +158,13 @@ def test_conformance_tests_run_against_the_live_service(pytester: pytest.Pyteste
     result.assert_outcomes(passed=2)
     # The plugin's probe, then the recorded case went to the live service (a 404 is not journaled).
     assert paths == ["sandbox_fusion.ping", "sandbox_fusion.run_code"]
+
+
+def test_the_report_header_hides_credentials_in_the_url(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_runs(reference_sandbox_fusion_url):\n    assert reference_sandbox_fusion_url\n")
+    with EmulatorServer(Emulator()) as live:
+        url = live.url.replace("http://", "http://user:s3cretpw@")
+        result = pytester.runpytest_inprocess("-p", "harness.reference.plugin", "--reference-url", url)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"reference: sandbox-fusion at {live.url} (not the emulator)"])
+    assert "s3cretpw" not in result.stdout.str() + result.stderr.str()
