@@ -30,6 +30,7 @@ from harness.reference.suite import (
     Target,
     base_url,
     default_fixtures_dir,
+    key_problem,
     load_suite,
     probe,
     require_cases,
@@ -245,6 +246,10 @@ def main(args: argparse.Namespace) -> int:
             "daytona); the emulator uses its own",
             file=sys.stderr,
         )
+        return 2
+    problem = key_problem(args.api_key)
+    if problem is not None:
+        print(f"sandbox-emulator check-reference: --api-key: {problem}", file=sys.stderr)
         return 2
     if not args.reference_url:  # the emulator runs the cases: its runtime Python must work
         from harness.runtime import python_problem

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from harness.reference.suite import SERVICES, Target, base_url, probe
+from harness.reference.suite import SERVICES, Target, base_url, key_problem, probe
 from harness.urls import unreachable, url_problem, without_userinfo
 
 
@@ -86,6 +86,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if problem is not None:
         raise pytest.UsageError(f"--reference-url: {problem}")
     key = _api_key(config) if service == "daytona" else None
+    problem = key_problem(key)
+    if problem is not None:
+        raise pytest.UsageError(f"--reference-api-key (or $DAYTONA_API_KEY): {problem}")
     problem = probe(Target(service, base_url(service, str(url)), key))
     if problem is not None:
         # probe() speaks of the CLI's --api-key; here the key is --reference-api-key.

@@ -37,6 +37,7 @@ from harness.reference.suite import (
     SuiteError,
     Target,
     base_url,
+    key_problem,
     load_suite,
     probe,
     refusal,
@@ -101,6 +102,10 @@ def main(args: argparse.Namespace) -> int:
             "sandbox-emulator record: --api-key is Daytona's (--service daytona); Sandbox Fusion takes none",
             file=sys.stderr,
         )
+        return 2
+    problem = key_problem(args.api_key)
+    if problem is not None:
+        print(f"sandbox-emulator record: --api-key: {problem}; nothing recorded", file=sys.stderr)
         return 2
     problem = dir_problem(args.out, "--out", create=False)  # before any request: the answers must have a home
     if problem is not None:

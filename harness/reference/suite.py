@@ -220,6 +220,31 @@ def require_cases(
         raise SuiteError(f"no {' or '.join(services)} case matches --cases")
 
 
+#: What a bearer key may hold: printable ASCII, no space (a pasted key's trailing newline is the usual fault).
+_KEY = re.compile(r"[\x21-\x7e]+")
+
+
+def key_problem(key: str | None) -> str | None:
+    """Why ``key`` cannot be sent as a bearer key, said without the key (the HTTP client's own error quotes it,
+    and would put it in the output), or None when it can."""
+    if key is None or _KEY.fullmatch(key):
+        return None
+    return (
+        "the API key holds whitespace, a control or a non-ASCII character, which an HTTP header cannot carry "
+        "(a trailing newline pasted with it?)"
+    )
+
+
+def scrubbed(target: Target, text: str) -> str:
+    """``text`` without ``target``'s key or URL credentials: exception texts can quote the request's headers."""
+    key = target.api_key or ""
+    # as sent, as quoted escaped (str or bytes repr: "\\r"), and its printable core (which the escapes surround)
+    forms = {key, repr(key)[1:-1], repr(key.encode(errors="replace"))[2:-1], key.strip()}
+    for form in sorted((f for f in forms if len(f) >= 4), key=len, reverse=True):
+        text = text.replace(form, "<API key>")
+    return text.replace(target.url, target.shown)
+
+
 def _fill(path: str, saved: dict[str, str]) -> str:
     def one(match: re.Match[str]) -> str:
         name = match.group(1)
@@ -257,7 +282,7 @@ def run_case(client: httpx.Client, target: Target, case: Case, saved: dict[str, 
     try:
         response = client.request(case.method, url, **kwargs)
     except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:  # one case's trouble never ends the run
-        return Answer(None, error=f"{type(exc).__name__}: {exc}")
+        return Answer(None, error=scrubbed(target, f"{type(exc).__name__}: {exc}"))
     answer = Answer(response.status_code, _body(response))
     if case.save and isinstance(answer.body, dict):
         for name, key in case.save.items():

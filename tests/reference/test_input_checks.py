@@ -219,3 +219,34 @@ def test_credentials_in_the_url_are_never_stored_or_printed(
     assert "s3cretpw" not in captured.out + captured.err
     assert main(["record", "--target", url + "?x=1", "--out", str(tmp_path)]) == 2
     assert "s3cretpw" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key", ["SECRETKEY123\r", "SECRETKEY123\n", "SECRET KEY123", "SECRETKEY123\x00"])
+def test_an_api_key_http_cannot_carry_is_refused_without_quoting_it(
+    key: str, reference_emulator: EmulatorServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = reference_emulator.url + "/api"
+    args = ["record", "--target", url, "--service", "daytona", "--api-key", key, "--out", str(tmp_path)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "--api-key: the API key holds whitespace" in err and err.count("\n") == 1
+    assert "SECRET" not in err and not list(tmp_path.iterdir())
+    args = ["check-reference", "--reference-url", url, "--service", "daytona", "--api-key", key, "--json"]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert "--api-key: the API key holds whitespace" in captured.err and "SECRET" not in captured.out + captured.err
+    assert reference_emulator.emulator.journal.entries() == [] or all(
+        "sandbox" not in e.route for e in reference_emulator.emulator.journal.entries()
+    )
+
+
+def test_a_request_error_never_quotes_the_key_nor_url_credentials(closing_server: str) -> None:
+    import httpx
+
+    from harness.reference.suite import Case, Target, run_case
+
+    target = Target("daytona", closing_server + "/api", "SECRETKEY123\r")
+    with httpx.Client(timeout=5) as client:
+        answer = run_case(client, target, Case("probe", "daytona", "GET", "/sandbox"), {})
+    assert answer.status is None and answer.error and "<API key>" in answer.error
+    assert "SECRETKEY123" not in answer.error

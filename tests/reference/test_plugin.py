@@ -168,3 +168,15 @@ def test_the_report_header_hides_credentials_in_the_url(pytester: pytest.Pyteste
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"reference: sandbox-fusion at {live.url} (not the emulator)"])
     assert "s3cretpw" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_key_http_cannot_carry_is_one_usage_error_without_the_key(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DAYTONA_API_KEY", "SECRETKEY123\r")
+    pytester.makepyfile("def test_never_runs(reference_daytona):\n    raise AssertionError\n")
+    with _daytona("k1") as live:
+        args = ["--reference-url", live.url + "/api", "--reference-service", "daytona"]
+        result = pytester.runpytest_inprocess("-p", "harness.reference.plugin", *args)
+    assert _refused(result).startswith("--reference-api-key (or $DAYTONA_API_KEY): the API key holds whitespace")
+    assert "SECRET" not in result.stdout.str() + result.stderr.str()
