@@ -4,9 +4,10 @@
 The answers are merged into the snapshot already in the directory, if any: a case answered now replaces its earlier
 answer, every other earlier case is kept, and when no case gets an answer the file is left as it was.
 
-An answer that says the service refused the caller (401/403) is never stored: nothing is written (the run still
-sends the remaining cases, so that the suite's own last cases delete Daytona's sandbox). Before any case, the
-service's probe (``suite.PROBES``) must succeed, so that a wrong base URL, whose every answer would be the
+An answer that says the service refused the caller (401/403), or that came from something in front of it (a
+redirect, a gateway's 502/503/504, an HTML page or other non-JSON body), is never stored: nothing is written (the
+run still sends the remaining cases, so that the suite's own last cases delete Daytona's sandbox). Before any case,
+the service's probe (``suite.PROBES``) must succeed, so that a wrong base URL, whose every answer would be the
 framework's 404, or a refused key stops the run before it sends the suite.
 
 Exit status: 0 when every case got an HTTP answer, 1 when some did not (the others are still stored), 2 on bad
@@ -45,12 +46,14 @@ from harness.reference.suite import (
     require_cases,
     run_suite,
     select,
+    unexpected,
 )
 from harness.urls import unreachable, url_problem
 
 
 class Refused(Exception):
-    """The service refused the caller (401/403) on a case: that is no answer to record, so nothing is written."""
+    """The service refused the caller (401/403) on a case, or gave an answer the suite never expects (a redirect,
+    a gateway's error, an HTML page): that is no answer to record, so nothing is written."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,9 @@ def record(target: Target, out: Path, suite_path: Path | None = None, patterns: 
         status = refused(case, answers[case.id])
         if status is not None:
             raise Refused(refusal(target, status, f"case {case.id}"))
+        what = unexpected(answers[case.id])
+        if what is not None:
+            raise Refused(f"case {case.id} got {what}, which is no answer of the service to record")
     answered = from_answers(target.service, target.shown, answers)
     for cid in (cid for cid, a in answers.items() if a.status is None):
         print(f"sandbox-emulator record: {cid}: no answer ({answers[cid].error})", file=sys.stderr)

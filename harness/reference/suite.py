@@ -68,6 +68,10 @@ class Answer:
     status: int | None
     body: Any = None
     error: str | None = None
+    #: What the answer was, beyond status and body, to judge whether it is one worth recording (not stored).
+    content_type: str = field(default="", compare=False)
+    location: str | None = field(default=None, compare=False)
+    is_json: bool = field(default=True, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": self.status, "body": self.body}
@@ -255,11 +259,12 @@ def _fill(path: str, saved: dict[str, str]) -> str:
     return _PLACEHOLDER.sub(one, path)
 
 
-def _body(response: httpx.Response) -> Any:
+def _body(response: httpx.Response) -> tuple[Any, bool]:
+    """The body parsed as JSON, else its text; and whether it was JSON (an empty body counts as such)."""
     try:
-        return response.json()
+        return response.json(), True
     except ValueError:
-        return response.text
+        return response.text, not response.content.strip()
 
 
 def run_case(client: httpx.Client, target: Target, case: Case, saved: dict[str, str]) -> Answer:
@@ -283,7 +288,9 @@ def run_case(client: httpx.Client, target: Target, case: Case, saved: dict[str, 
         response = client.request(case.method, url, **kwargs)
     except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:  # one case's trouble never ends the run
         return Answer(None, error=scrubbed(target, f"{type(exc).__name__}: {exc}"))
-    answer = Answer(response.status_code, _body(response))
+    body, is_json = _body(response)
+    content_type = response.headers.get("content-type", "")
+    answer = Answer(response.status_code, body, None, content_type, response.headers.get("location"), is_json)
     if case.save and isinstance(answer.body, dict):
         for name, key in case.save.items():
             if isinstance(answer.body.get(key), str):
@@ -303,6 +310,29 @@ def refused(case: Case, answer: Answer) -> int | None:
     case that sends its own ``Authorization`` header is testing exactly that, so its 401 is an answer."""
     own_auth = any(name.lower() == "authorization" for name in case.headers)
     return answer.status if answer.status in AUTH_STATUSES and not own_auth else None
+
+
+#: A server error no case expects: a gateway (proxy, load balancer) that did not reach the service.
+GATEWAY_STATUSES = (502, 503, 504)
+
+
+def unexpected(answer: Answer) -> str | None:
+    """What ``answer`` is, when it is one the suite never expects and so no answer of the service to record: a
+    redirect (a login or HTTPS redirect), a gateway's error, an HTML page or another non-JSON body (every case,
+    the 4xx ones included, answers JSON). None when it may be recorded, or got no HTTP answer at all."""
+    status = answer.status
+    if status is None:
+        return None
+    said = f"{status} {_phrase(status)}"
+    if 300 <= status < 400:
+        return f"a redirect ({said}) to {answer.location or 'no Location'}"
+    if status in GATEWAY_STATUSES:
+        return f"a gateway's error ({said})"
+    if "html" in answer.content_type.lower():
+        return f"an HTML page ({said}), not the service's JSON"
+    if not answer.is_json:
+        return f"a body that is not JSON ({said}, {answer.content_type or 'no Content-Type'})"
+    return None
 
 
 def refusal(target: Target, status: int, where: str) -> str:

@@ -226,6 +226,7 @@ def test_an_api_key_http_cannot_carry_is_refused_without_quoting_it(
     key: str, reference_emulator: EmulatorServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = reference_emulator.url + "/api"
+    sent = len(reference_emulator.emulator.journal.entries())
     args = ["record", "--target", url, "--service", "daytona", "--api-key", key, "--out", str(tmp_path)]
     assert main(args) == 2
     err = capsys.readouterr().err
@@ -235,9 +236,7 @@ def test_an_api_key_http_cannot_carry_is_refused_without_quoting_it(
     assert main(args) == 2
     captured = capsys.readouterr()
     assert "--api-key: the API key holds whitespace" in captured.err and "SECRET" not in captured.out + captured.err
-    assert reference_emulator.emulator.journal.entries() == [] or all(
-        "sandbox" not in e.route for e in reference_emulator.emulator.journal.entries()
-    )
+    assert len(reference_emulator.emulator.journal.entries()) == sent  # refused before any request
 
 
 def test_a_request_error_never_quotes_the_key_nor_url_credentials(closing_server: str) -> None:
@@ -250,3 +249,41 @@ def test_a_request_error_never_quotes_the_key_nor_url_credentials(closing_server
         answer = run_case(client, target, Case("probe", "daytona", "GET", "/sandbox"), {})
     assert answer.status is None and answer.error and "<API key>" in answer.error
     assert "SECRETKEY123" not in answer.error
+
+
+@pytest.mark.parametrize(
+    ("answer", "what"),
+    [
+        ((502, "text/html", "<html><h1>502 Bad Gateway</h1></html>", {}), "a gateway's error (502 Bad Gateway)"),
+        ((200, "text/html", "<html>Please log in</html>", {}), "an HTML page (200 OK), not the service's JSON"),
+        ((404, "text/html", "<html>Not here</html>", {}), "an HTML page (404 Not Found)"),
+        ((301, "text/html", "", {"Location": "https://sso.example/login"}), "a redirect (301 Moved Permanently) to"),
+        ((200, "text/plain", "maintenance", {}), "a body that is not JSON (200 OK, text/plain)"),
+    ],
+    ids=["gateway", "login-page", "html-404", "redirect", "text"],
+)
+def test_record_refuses_an_answer_the_suite_never_expects(
+    answer: tuple[int, str, str, dict[str, str]],
+    what: str,
+    stub_service: tuple[str, list[tuple[int, str, str, dict[str, str]]]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    url, answers = stub_service
+    answers.append(answer)
+    before = _good_snapshot(tmp_path, "sandbox-fusion")
+    assert main(["record", "--target", url, "--cases", "01_*", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"case 01_print got {what}" in err and "nothing written" in err
+    assert (tmp_path / "sandbox-fusion.json").read_bytes() == before
+    if answer[0] == 301:
+        assert "to https://sso.example/login" in err
+
+
+def test_record_keeps_the_4xx_json_answers_cases_expect(
+    stub_service: tuple[str, list[tuple[int, str, str, dict[str, str]]]], tmp_path: Path
+) -> None:
+    url, answers = stub_service
+    answers.append((422, "application/json", '{"detail": [{"type": "missing"}]}', {}))
+    assert main(["record", "--target", url, "--cases", "07_*", "--out", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "sandbox-fusion.json").read_text())["cases"]["07_missing_code"]["status"] == 422
