@@ -39,6 +39,7 @@ from harness.reference.suite import (
     Target,
     base_url,
     key_problem,
+    leftover,
     load_suite,
     probe,
     refusal,
@@ -81,6 +82,9 @@ def record(target: Target, out: Path, suite_path: Path | None = None, patterns: 
         status = refused(case, answers[case.id])
         if status is not None:
             raise Refused(refusal(target, status, f"case {case.id}"))
+        problem = leftover(target, case, answers[case.id])
+        if problem is not None:
+            raise Refused(problem)
         what = unexpected(answers[case.id])
         if what is not None:
             raise Refused(f"case {case.id} got {what}, which is no answer of the service to record")

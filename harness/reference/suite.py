@@ -7,6 +7,7 @@ checking; only the answers' run-to-run noise is normalised afterwards (see ``nor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -299,10 +300,65 @@ def run_case(client: httpx.Client, target: Target, case: Case, saved: dict[str, 
 
 
 def run_suite(target: Target, cases: list[Case], timeout: float = 120.0) -> dict[str, Answer]:
-    """Every case against ``target``, in order; one failing case never stops the others."""
+    """Every case against ``target``, in order; one failing case never stops the others. Whatever ends the run (its
+    last case, a ``--cases`` subset without ``delete``, Ctrl-C), the Daytona sandbox it created is deleted: one left
+    running would hold the suite's fixed name, and the next run's ``create`` would get a 409."""
     saved: dict[str, str] = {}
+    answers: dict[str, Answer] = {}
     with httpx.Client(timeout=timeout) as client:
-        return {case.id: run_case(client, target, case, saved) for case in cases}
+        try:
+            for case in cases:
+                answers[case.id] = run_case(client, target, case, saved)
+        finally:
+            _delete_sandbox(client, target, cases, answers, saved)
+    return answers
+
+
+#: The suite's Daytona cases that create and delete its sandbox.
+_CREATE = ("POST", "/sandbox")
+_DELETE = ("DELETE", "/sandbox/{sandbox}")
+
+
+def _created_name(case: Case) -> str | None:
+    """The sandbox name a Daytona ``create`` case sends, or None for any other case."""
+    if case.service != "daytona" or (case.method, case.path) != _CREATE or not isinstance(case.json, dict):
+        return None
+    name = case.json.get("name")
+    return name if isinstance(name, str) else None
+
+
+def _delete_sandbox(
+    client: httpx.Client, target: Target, cases: list[Case], answers: dict[str, Answer], saved: dict[str, str]
+) -> None:
+    """Delete the sandbox the run created, unless its own ``delete`` case did: by id when ``create`` answered, by
+    name when the run stopped while ``create`` was in flight (the sandbox may exist, its id unknown)."""
+    if target.service != "daytona":
+        return
+    if any(
+        (c.method, c.path) == _DELETE and 200 <= (answers[c.id].status or 0) < 300 for c in cases if c.id in answers
+    ):
+        return
+    which = saved.get("sandbox")
+    if which is None:  # stopped while create was in flight, it is the first case with no answer
+        pending = next((c for c in cases if c.id not in answers), None)
+        which = _created_name(pending) if pending is not None else None
+    if which is None:
+        return
+    headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
+    with contextlib.suppress(httpx.HTTPError, ValueError):  # best effort: else its auto-delete interval ends it
+        client.request("DELETE", f"{target.url}/sandbox/{which}", headers=headers, timeout=30.0)
+
+
+def leftover(target: Target, case: Case, answer: Answer) -> str | None:
+    """Why a Daytona ``create`` answered 409: a sandbox of the suite's name exists already (an earlier run's, left
+    running), so the answer says nothing of creating one. None for any other answer."""
+    name = _created_name(case)
+    if name is None or answer.status != 409:
+        return None
+    return (
+        f"case {case.id} got 409 Conflict: a sandbox named {name!r} exists already (left by an earlier run); delete "
+        f"it (DELETE {target.shown}/sandbox/{name}, with the key, or in Daytona's dashboard) and record again"
+    )
 
 
 def refused(case: Case, answer: Answer) -> int | None:

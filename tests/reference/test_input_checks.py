@@ -287,3 +287,63 @@ def test_record_keeps_the_4xx_json_answers_cases_expect(
     answers.append((422, "application/json", '{"detail": [{"type": "missing"}]}', {}))
     assert main(["record", "--target", url, "--cases", "07_*", "--out", str(tmp_path)]) == 0
     assert json.loads((tmp_path / "sandbox-fusion.json").read_text())["cases"]["07_missing_code"]["status"] == 422
+
+
+SUITE_SANDBOX = "sandbox-emulator-reference"
+
+
+def _live_names(server: EmulatorServer) -> list[str]:
+    """The names of the Daytona sandboxes ``server`` holds."""
+    import httpx
+
+    key = server.emulator.config.daytona.api_key
+    answer = httpx.get(f"{server.url}/api/sandbox", headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    items = answer.json()
+    return [s["name"] for s in (items["items"] if isinstance(items, dict) else items)]
+
+
+def test_a_partial_daytona_record_deletes_its_sandbox(tmp_path: Path) -> None:
+    with EmulatorServer() as server:
+        key = server.emulator.config.daytona.api_key
+        args = ["record", "--target", server.url + "/api", "--service", "daytona", "--api-key", key]
+        assert main([*args, "--cases", "create", "code_run", "--out", str(tmp_path)]) == 0
+        assert SUITE_SANDBOX not in _live_names(server)
+        assert main([*args, "--cases", "create", "--out", str(tmp_path)]) == 0  # not a 409: the name is free
+        assert json.loads((tmp_path / "daytona.json").read_text())["cases"]["create"]["status"] == 200
+        assert SUITE_SANDBOX not in _live_names(server)
+
+
+def test_an_interrupted_daytona_run_deletes_its_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.reference import suite
+
+    real = suite.run_case
+
+    def interrupted(client: object, target: suite.Target, case: suite.Case, saved: dict[str, str]) -> suite.Answer:
+        if case.id == "code_run":
+            raise KeyboardInterrupt
+        return real(client, target, case, saved)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(suite, "run_case", interrupted)
+    with EmulatorServer() as server:
+        target = suite.Target("daytona", server.url + "/api", server.emulator.config.daytona.api_key)
+        with pytest.raises(KeyboardInterrupt):
+            suite.run_suite(target, suite.load_suite()["daytona"])
+        assert SUITE_SANDBOX not in _live_names(server)
+
+
+def test_record_refuses_a_409_on_create(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import httpx
+
+    before = _good_snapshot(tmp_path, "daytona")
+    with EmulatorServer() as server:
+        key = server.emulator.config.daytona.api_key
+        headers = {"Authorization": f"Bearer {key}"}
+        left = httpx.post(f"{server.url}/api/sandbox", json={"name": SUITE_SANDBOX}, headers=headers, timeout=30)
+        assert left.status_code == 200
+        args = ["record", "--target", server.url + "/api", "--service", "daytona", "--api-key", key]
+        assert main([*args, "--out", str(tmp_path)]) == 2
+        assert SUITE_SANDBOX in _live_names(server)  # not the run's: left alone
+    err = capsys.readouterr().err
+    assert f"case create got 409 Conflict: a sandbox named '{SUITE_SANDBOX}' exists already" in err
+    assert f"DELETE {server.url}/api/sandbox/{SUITE_SANDBOX}" in err and "nothing written" in err
+    assert (tmp_path / "daytona.json").read_bytes() == before
