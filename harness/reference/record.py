@@ -8,7 +8,8 @@ An answer that says the service refused the caller (401/403), or that came from 
 redirect, a gateway's 502/503/504, an HTML page or other non-JSON body), is never stored: nothing is written (the
 run still sends the remaining cases, so that the suite's own last cases delete Daytona's sandbox). Before any case,
 the service's probe (``suite.PROBES``) must succeed, so that a wrong base URL, whose every answer would be the
-framework's 404, or a refused key stops the run before it sends the suite.
+framework's 404, a refused key or a hung service stops the run before it sends the suite. Each case is said on
+stderr as its answer comes; Ctrl-C drops the answers received, the file kept as it was (exit status 130).
 
 Exit status: 0 when every case got an HTTP answer, 1 when some did not (the others are still stored), 2 on bad
 input (including a snapshot already there that cannot be read: it is not overwritten), a target where nothing
@@ -22,6 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.interrupts import INTERRUPTED
 from harness.outputs import dir_problem
 from harness.reference.check import add_common_options
 from harness.reference.snapshots import (
@@ -35,12 +37,16 @@ from harness.reference.snapshots import (
 )
 from harness.reference.suite import (
     SERVICES,
+    Answer,
+    Case,
+    Progress,
     SuiteError,
     Target,
     base_url,
     key_problem,
     leftover,
     load_suite,
+    phrase,
     probe,
     refusal,
     refused,
@@ -68,7 +74,13 @@ class Recording:
     written: bool
 
 
-def record(target: Target, out: Path, suite_path: Path | None = None, patterns: list[str] | None = None) -> Recording:
+def record(
+    target: Target,
+    out: Path,
+    suite_path: Path | None = None,
+    patterns: list[str] | None = None,
+    progress: Progress | None = None,
+) -> Recording:
     """Run the suite's cases for ``target.service`` against it and merge the answers into ``out``'s snapshot.
 
     Recording never loses an earlier answer: a case that gets no answer now, or was not selected, keeps the one the
@@ -77,7 +89,7 @@ def record(target: Target, out: Path, suite_path: Path | None = None, patterns: 
     """
     cases = select(load_suite(suite_path)[target.service], patterns)
     previous = read_snapshot(out, target.service)  # a snapshot that cannot be read is not overwritten
-    answers = run_suite(target, cases)
+    answers = run_suite(target, cases, progress=progress)
     for case in cases:
         status = refused(case, answers[case.id])
         if status is not None:
@@ -89,8 +101,6 @@ def record(target: Target, out: Path, suite_path: Path | None = None, patterns: 
         if what is not None:
             raise Refused(f"case {case.id} got {what}, which is no answer of the service to record")
     answered = from_answers(target.service, target.shown, answers)
-    for cid in (cid for cid, a in answers.items() if a.status is None):
-        print(f"sandbox-emulator record: {cid}: no answer ({answers[cid].error})", file=sys.stderr)
     if not answered.cases:
         return Recording(answered, list(previous.cases) if previous else [], written=False)
     merged, kept = merge_into(previous, answered)
@@ -136,7 +146,25 @@ def main(args: argparse.Namespace) -> int:
         if problem is not None:
             print(f"sandbox-emulator record: {problem}; nothing recorded", file=sys.stderr)
             return 2
-        done = record(target, args.out, args.suite, args.cases)
+        received: list[str] = []
+
+        def said(position: int, total: int, case: Case, answer: Answer) -> None:
+            """One line per case as it is answered, so that a slow service is seen to be working."""
+            received.append(case.id)
+            what = (
+                f"no answer ({answer.error})" if answer.status is None else f"{answer.status} {phrase(answer.status)}"
+            )
+            print(f"sandbox-emulator record: [{position}/{total}] {case.id}: {what}", file=sys.stderr, flush=True)
+
+        try:
+            done = record(target, args.out, args.suite, args.cases, said)
+        except KeyboardInterrupt:
+            print(
+                f"sandbox-emulator record: interrupted; the {len(received)} answers received were dropped "
+                f"({_untouched(path)})",
+                file=sys.stderr,
+            )
+            return INTERRUPTED
     except (SuiteError, SnapshotError) as exc:
         print(f"sandbox-emulator record: {exc}", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
@@ -73,6 +74,8 @@ class Answer:
     content_type: str = field(default="", compare=False)
     location: str | None = field(default=None, compare=False)
     is_json: bool = field(default=True, compare=False)
+    #: No answer because none came in time (the service is hung or too slow), not because none could come.
+    timed_out: bool = field(default=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": self.status, "body": self.body}
@@ -288,7 +291,8 @@ def run_case(client: httpx.Client, target: Target, case: Case, saved: dict[str, 
     try:
         response = client.request(case.method, url, **kwargs)
     except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:  # one case's trouble never ends the run
-        return Answer(None, error=scrubbed(target, f"{type(exc).__name__}: {exc}"))
+        error = scrubbed(target, f"{type(exc).__name__}: {exc}")
+        return Answer(None, error=error, timed_out=isinstance(exc, httpx.TimeoutException))
     body, is_json = _body(response)
     content_type = response.headers.get("content-type", "")
     answer = Answer(response.status_code, body, None, content_type, response.headers.get("location"), is_json)
@@ -299,7 +303,13 @@ def run_case(client: httpx.Client, target: Target, case: Case, saved: dict[str, 
     return answer
 
 
-def run_suite(target: Target, cases: list[Case], timeout: float = 120.0) -> dict[str, Answer]:
+#: Called after each case with its position (from 1), the number of cases, the case and its answer.
+Progress = Callable[[int, int, Case, Answer], None]
+
+
+def run_suite(
+    target: Target, cases: list[Case], timeout: float = 120.0, progress: Progress | None = None
+) -> dict[str, Answer]:
     """Every case against ``target``, in order; one failing case never stops the others. Whatever ends the run (its
     last case, a ``--cases`` subset without ``delete``, Ctrl-C), the Daytona sandbox it created is deleted: one left
     running would hold the suite's fixed name, and the next run's ``create`` would get a 409."""
@@ -307,8 +317,10 @@ def run_suite(target: Target, cases: list[Case], timeout: float = 120.0) -> dict
     answers: dict[str, Answer] = {}
     with httpx.Client(timeout=timeout) as client:
         try:
-            for case in cases:
+            for position, case in enumerate(cases, 1):
                 answers[case.id] = run_case(client, target, case, saved)
+                if progress is not None:
+                    progress(position, len(cases), case, answers[case.id])
         finally:
             _delete_sandbox(client, target, cases, answers, saved)
     return answers
@@ -379,7 +391,7 @@ def unexpected(answer: Answer) -> str | None:
     status = answer.status
     if status is None:
         return None
-    said = f"{status} {_phrase(status)}"
+    said = f"{status} {phrase(status)}"
     if 300 <= status < 400:
         return f"a redirect ({said}) to {answer.location or 'no Location'}"
     if status in GATEWAY_STATUSES:
@@ -394,28 +406,37 @@ def unexpected(answer: Answer) -> str | None:
 def refusal(target: Target, status: int, where: str) -> str:
     """The one line that says the service refused the caller (``status``: 401 or 403) at ``where``."""
     who = "the API key" if target.api_key else "a request without --api-key"
-    return f"the service refused {who} ({status} {_phrase(status)}) on {where}"
+    return f"the service refused {who} ({status} {phrase(status)}) on {where}"
 
 
-def _phrase(status: int) -> str:
+def phrase(status: int) -> str:
+    """The status's reason phrase, for messages."""
     try:
         return HTTPStatus(status).phrase
     except ValueError:
         return "(non-standard status)"
 
 
-def probe(target: Target, timeout: float = 30.0) -> str | None:
+#: Seconds the probe waits for its answer: a working service answers it at once.
+PROBE_TIMEOUT = 30.0
+
+
+def probe(target: Target, timeout: float | None = None) -> str | None:
     """Why ``target`` is not a working instance of its service, judged by its probe (``PROBES``), which must answer
-    2xx: a refused key, or a wrong base URL (every case would be recorded as the framework's 404). None when the
-    probe succeeds, or gets no HTTP answer at all (each case then says so itself)."""
+    2xx: a refused key, a wrong base URL (every case would be recorded as the framework's 404), or no answer in
+    time (a hung service would hold every case for its whole timeout). None when the probe succeeds, or its
+    connection fails at once (each case then says so itself)."""
     method, path = PROBES[target.service]
+    timeout = PROBE_TIMEOUT if timeout is None else timeout
     with httpx.Client(timeout=timeout) as client:
         answer = run_case(client, target, Case("probe", target.service, method, path), {})
+    if answer.timed_out:
+        return f"its probe {method} {target.shown}{path} got no answer within {timeout:g} s: the service is hung"
     if answer.status is None or 200 <= answer.status < 300:
         return None
     if answer.status in AUTH_STATUSES:
         return refusal(target, answer.status, f"its probe {method} {path}")
-    said = f"{method} {target.shown}{path} answered {answer.status} {_phrase(answer.status)}"
+    said = f"{method} {target.shown}{path} answered {answer.status} {phrase(answer.status)}"
     if answer.status in (404, 405):
         return f"{said}: is {target.shown} the base URL? ({_BASE_HINTS[target.service]})"
     return f"{said}, not 2xx: the service is not working"

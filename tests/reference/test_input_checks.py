@@ -347,3 +347,54 @@ def test_record_refuses_a_409_on_create(tmp_path: Path, capsys: pytest.CaptureFi
     assert f"case create got 409 Conflict: a sandbox named '{SUITE_SANDBOX}' exists already" in err
     assert f"DELETE {server.url}/api/sandbox/{SUITE_SANDBOX}" in err and "nothing written" in err
     assert (tmp_path / "daytona.json").read_bytes() == before
+
+
+def test_record_says_each_case_as_it_is_answered(
+    reference_emulator: EmulatorServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["record", "--target", reference_emulator.url, "--cases", "01_*", "25_*", "--out", str(tmp_path)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "sandbox-emulator record: [1/2] 01_print: 200 OK",
+        "sandbox-emulator record: [2/2] 25_404: 404 Not Found",
+    ]
+
+
+def test_record_stops_when_the_probe_gets_no_answer_in_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    from harness.reference import suite
+
+    monkeypatch.setattr(suite, "PROBE_TIMEOUT", 0.3)
+    with socket.create_server(("127.0.0.1", 0)) as hung:  # accepts connections (the backlog), never answers
+        url = f"http://127.0.0.1:{hung.getsockname()[1]}"
+        assert main(["record", "--target", url, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"its probe GET {url}/v1/ping got no answer within 0.3 s: the service is hung; nothing recorded" in err
+    assert err.count("\n") == 1 and not list(tmp_path.iterdir())
+
+
+def test_an_interrupted_record_says_the_answers_were_dropped(
+    reference_emulator: EmulatorServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from harness.reference import suite
+
+    real = suite.run_case
+
+    def interrupted(client: object, target: suite.Target, case: suite.Case, saved: dict[str, str]) -> suite.Answer:
+        if case.id == "03_exception":
+            raise KeyboardInterrupt
+        return real(client, target, case, saved)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(suite, "run_case", interrupted)
+    before = _good_snapshot(tmp_path, "sandbox-fusion")
+    assert main(["record", "--target", reference_emulator.url, "--out", str(tmp_path)]) == 130
+    err = capsys.readouterr().err
+    path = tmp_path / "sandbox-fusion.json"
+    assert f"interrupted; the 2 answers received were dropped ({path} is untouched)" in err
+    assert path.read_bytes() == before
