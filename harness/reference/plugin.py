@@ -3,8 +3,9 @@ conformance tests (``tests/reference``) against a live Sandbox Fusion or Daytona
 can re-validate fidelity themselves.
 
 Tests take a base URL from ``reference_sandbox_fusion_url`` or a :class:`~harness.reference.suite.Target` from
-``reference_daytona``; without the options (or for the other service) these point at an emulator on a loopback
-port, started once per session.
+``reference_daytona``; without the options these point at an emulator on a loopback port, started once per session.
+With ``--reference-url``, the other service's tests are deselected (they would test the emulator), and a run where
+no test reaches the live service is a usage error: a green run means the live service was tested.
 
 The options are checked once, at the start: a ``--reference-url`` that is malformed, that nothing answers on, or
 whose probe (``suite.PROBES``) fails (a wrong base URL, a refused key) is one usage error, not a failure in every
@@ -94,6 +95,34 @@ def pytest_configure(config: pytest.Config) -> None:
         # probe() speaks of the CLI's --api-key; here the key is --reference-api-key.
         problem = problem.replace("without --api-key", "without --reference-api-key")
         raise pytest.UsageError(f"--reference-url: {problem}")
+
+
+#: The fixture through which a test reaches each service.
+FIXTURES = {"sandbox-fusion": "reference_sandbox_fusion_url", "daytona": "reference_daytona"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With ``--reference-url``, run only what tests the live service: a test of the other service would run against
+    the emulator, and a pass would be read as the live service's. A run in which no test reaches the live service
+    is a usage error, not a pass that tested nothing of it."""
+    url = _option(config, "reference_url")
+    if not url:
+        return
+    live, other = FIXTURES[_service(config)], FIXTURES[_other(_service(config))]
+    names = {item: set(getattr(item, "fixturenames", ())) for item in items}
+    deselected = [item for item in items if other in names[item] and live not in names[item]]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if item not in deselected]
+    if not any(live in names[item] for item in items):
+        raise pytest.UsageError(
+            f"--reference-url: no selected test runs against the live {_service(config)} (none uses the {live} "
+            "fixture); select the reference tests, e.g. tests/reference"
+        )
+
+
+def _other(service: str) -> str:
+    return next(s for s in SERVICES if s != service)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

@@ -180,3 +180,30 @@ def test_a_key_http_cannot_carry_is_one_usage_error_without_the_key(
         result = pytester.runpytest_inprocess("-p", "harness.reference.plugin", *args)
     assert _refused(result).startswith("--reference-api-key (or $DAYTONA_API_KEY): the API key holds whitespace")
     assert "SECRET" not in result.stdout.str() + result.stderr.str()
+
+
+DAYTONA_TESTS = Path(__file__).resolve().parent / "test_daytona_reference.py"
+
+
+def test_daytona_conformance_tests_run_against_the_live_service(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the Daytona tests run, all against the live service: a Sandbox Fusion test would use the emulator."""
+    monkeypatch.delenv("DAYTONA_API_KEY", raising=False)
+    with _daytona("k1") as live:
+        args = ["--reference-url", live.url + "/api", "--reference-service", "daytona", "--reference-api-key", "k1"]
+        result = pytester.runpytest_inprocess(
+            str(DAYTONA_TESTS), f"{REFERENCE_TESTS}::test_unknown_path_is_404", "-p", "harness.reference.plugin", *args
+        )
+        routes = [e.route for e in live.emulator.journal.entries()]
+    result.assert_outcomes(passed=1, deselected=1)  # test_unknown_path_is_404 would have used the emulator
+    assert routes[0] == "daytona.sandbox.list" and "daytona.sandbox.create" in routes
+    assert not any(route.startswith("sandbox_fusion") for route in routes)
+
+
+def test_a_run_with_no_test_of_the_live_service_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(NEVER_RUNS)
+    with _daytona("k1") as live:
+        args = ["--reference-url", live.url + "/api", "--reference-service", "daytona", "--reference-api-key", "k1"]
+        result = pytester.runpytest_inprocess("-p", "harness.reference.plugin", *args)
+    assert _refused(result).startswith("--reference-url: no selected test runs against the live daytona")
