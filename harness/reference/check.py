@@ -226,7 +226,11 @@ def render(report: Report) -> str:
     for name in report.unchecked:
         lines.append(f"note: {name} not checked: no {name}.json snapshot in {report.snapshots}")
     if report.compared == 0:
-        lines.append("no case was compared: none of those selected is recorded in the snapshot")
+        unanswered = sum(r.outcome == NO_ANSWER for s in report.services for r in s.results)
+        if unanswered:
+            lines.append(f"no case was compared: none of the {unanswered} recorded cases selected got an answer")
+        else:
+            lines.append("no case was compared: none of those selected is recorded in the snapshot")
     lines.append("PASSED" if report.passed else "FAILED")
     return "\n".join(lines)
 

@@ -437,6 +437,8 @@ def probe(target: Target, timeout: float | None = None) -> str | None:
     if answer.status in AUTH_STATUSES:
         return refusal(target, answer.status, f"its probe {method} {path}")
     said = f"{method} {target.shown}{path} answered {answer.status} {phrase(answer.status)}"
+    if 300 <= answer.status < 400:
+        return f"{said}, a redirect to {answer.location or 'no Location'}: is {target.shown} the service's URL?"
     if answer.status in (404, 405):
         return f"{said}: is {target.shown} the base URL? ({_BASE_HINTS[target.service]})"
     return f"{said}, not 2xx: the service is not working"

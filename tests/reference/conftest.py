@@ -41,9 +41,9 @@ StubAnswer = tuple[int, str, str, dict[str, str]]
 
 @pytest.fixture
 def stub_service() -> Iterator[tuple[str, list[StubAnswer]]]:
-    """A stand-in service: answers ``GET /v1/ping`` and ``GET /sandbox?limit=1`` (the probes) with 2xx JSON, and
-    every other request with the next of the answers the test puts in the list (the last one again when it runs
-    out). Yields its URL and that list."""
+    """A stand-in service at its root: answers ``GET /v1/ping`` and ``GET /sandbox?limit=1`` (the probes) with 2xx
+    JSON, and every other request with the next of the answers the test puts in the list (the last one again when it
+    runs out). Yields its URL and that list."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     answers: list[StubAnswer] = []
@@ -56,7 +56,7 @@ def stub_service() -> Iterator[tuple[str, list[StubAnswer]]]:
 
         def _answer(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            if self.path.endswith("/v1/ping") or self.path.endswith("/sandbox?limit=1"):
+            if self.path in ("/v1/ping", "/sandbox?limit=1"):
                 status, ctype, body, extra = 200, "application/json", '"pong"', {}
             else:
                 status, ctype, body, extra = answers.pop(0) if len(answers) > 1 else answers[0]

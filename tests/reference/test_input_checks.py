@@ -398,3 +398,15 @@ def test_an_interrupted_record_says_the_answers_were_dropped(
     path = tmp_path / "sandbox-fusion.json"
     assert f"interrupted; the 2 answers received were dropped ({path} is untouched)" in err
     assert path.read_bytes() == before
+
+
+def test_a_probe_answered_with_a_redirect_names_its_location(
+    stub_service: tuple[str, list[tuple[int, str, str, dict[str, str]]]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    url, answers = stub_service
+    answers.append((307, "text/html", "", {"Location": "https://sso.example/login"}))
+    assert main(["record", "--target", url + "/sf", "--out", str(tmp_path)]) == 2  # /sf/v1/ping is no probe path
+    err = capsys.readouterr().err
+    assert f"GET {url}/sf/v1/ping answered 307 Temporary Redirect, a redirect to https://sso.example/login" in err
