@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 import socket
-from urllib.parse import urlsplit
+import urllib.request
+from urllib.parse import SplitResult, urlsplit
 
 #: The ``user:password@`` of an authority: credentials, never to be stored or printed.
 _USERINFO = re.compile(r"\A([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
@@ -40,12 +41,16 @@ def unreachable(raw: str, timeout: float = 5.0) -> str | None:
 
     Only the connection is tried (no request, no TLS), so it says nothing of the service behind it; it turns a
     typo'd host or a stopped server into one line before any work, instead of one connection error per request.
+    When a proxy applies to the URL (``HTTP(S)_PROXY``/``ALL_PROXY`` and not ``NO_PROXY``, which the HTTP client
+    honours), nothing is tried: the requests go to the proxy, and the host may not be reachable directly.
     """
     try:
         parsed = urlsplit(raw)
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
     except ValueError:
         return f"{without_userinfo(raw)!r} has no valid host and port"
+    if _proxied(parsed):
+        return None
     host = parsed.hostname or ""
     try:
         with socket.create_connection((host, port), timeout=timeout):
@@ -54,3 +59,12 @@ def unreachable(raw: str, timeout: float = 5.0) -> str | None:
         return f"cannot resolve {host!r}: {exc.strerror or exc}"
     except OSError as exc:
         return f"cannot connect to {host}:{port}: {exc.strerror or exc}"
+
+
+def _proxied(parsed: SplitResult) -> bool:
+    """Whether the environment's proxy settings send requests to ``parsed`` through a proxy (as httpx does)."""
+    proxies = urllib.request.getproxies_environment()
+    if not (proxies.get(parsed.scheme.lower()) or proxies.get("all")):
+        return False
+    host = parsed.hostname or ""
+    return not urllib.request.proxy_bypass_environment(f"{host}:{parsed.port}" if parsed.port else host, proxies)

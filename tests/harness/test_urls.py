@@ -67,3 +67,18 @@ def test_credentials_are_never_shown(url: str, shown: str) -> None:
 
     assert without_userinfo(url) == shown
     assert "p@" not in (url_problem(url.replace("/x", "?q")) or "") and ":pw" not in (url_problem(url) or "")
+
+
+def test_the_direct_check_is_skipped_when_a_proxy_applies(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"  # nothing listens: only a proxy could reach it
+    assert unreachable(url) is not None
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
+    assert unreachable(url) is None  # the requests go to the proxy
+    assert unreachable(url.replace("http:", "https:")) is not None  # no proxy for https
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    assert unreachable(url) is not None  # NO_PROXY: direct, so checked
