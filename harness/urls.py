@@ -66,5 +66,17 @@ def _proxied(parsed: SplitResult) -> bool:
     proxies = urllib.request.getproxies_environment()
     if not (proxies.get(parsed.scheme.lower()) or proxies.get("all")):
         return False
-    host = parsed.hostname or ""
-    return not urllib.request.proxy_bypass_environment(f"{host}:{parsed.port}" if parsed.port else host, proxies)
+    host = (parsed.hostname or "").lower()
+    return not any(_bypasses(e.strip().lower(), host, parsed.port) for e in proxies.get("no", "").split(","))
+
+
+def _bypasses(entry: str, host: str, port: int | None) -> bool:
+    """Whether one ``NO_PROXY`` entry (``*``, a host or domain, ``.domain``, with an optional ``:port``) names
+    ``host``: the host itself or a subdomain, as httpx reads it."""
+    if entry == "*":
+        return True
+    name, _, entry_port = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
+    name = name.strip("[]").lstrip(".")
+    if not name or (entry_port and entry_port != str(port or "")):
+        return False
+    return host == name or host.endswith("." + name)

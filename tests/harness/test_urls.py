@@ -82,3 +82,20 @@ def test_the_direct_check_is_skipped_when_a_proxy_applies(monkeypatch: pytest.Mo
     assert unreachable(url.replace("http:", "https:")) is not None  # no proxy for https
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     assert unreachable(url) is not None  # NO_PROXY: direct, so checked
+
+
+@pytest.mark.parametrize(
+    ("no_proxy", "direct"),
+    [("*", True), ("example.com", True), (".example.com", True), ("other.com", False), ("api.example.com:8080", False)],
+)
+def test_no_proxy_entries_name_hosts_and_domains(no_proxy: str, direct: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from urllib.parse import urlsplit
+
+    from harness.urls import _proxied
+
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    monkeypatch.setenv("ALL_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", no_proxy)
+    assert _proxied(urlsplit("https://api.example.com/api")) is not direct
