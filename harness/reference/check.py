@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -251,9 +252,10 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    problem = key_problem(args.api_key)
+    key = api_key(args.api_key) if args.reference_url and service == "daytona" else None
+    problem = key_problem(key)
     if problem is not None:
-        print(f"sandbox-emulator check-reference: --api-key: {problem}", file=sys.stderr)
+        print(f"sandbox-emulator check-reference: --api-key (or $DAYTONA_API_KEY): {problem}", file=sys.stderr)
         return 2
     if not args.reference_url:  # the emulator runs the cases: its runtime Python must work
         from harness.runtime import python_problem
@@ -268,7 +270,7 @@ def main(args: argparse.Namespace) -> int:
         require_cases(load_suite(args.suite), services, args.cases, args.suite)
         with contextlib.ExitStack() as stack:
             if args.reference_url:
-                targets = {service: Target(service, base_url(service, args.reference_url), args.api_key)}
+                targets = {service: Target(service, base_url(service, args.reference_url), key)}
                 problem = probe(targets[service])
                 if problem is not None:
                     print(f"sandbox-emulator check-reference: {problem}; nothing checked", file=sys.stderr)
@@ -283,9 +285,17 @@ def main(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
+def api_key(given: str | None) -> str | None:
+    """A live Daytona's bearer key: ``--api-key``, else ``$DAYTONA_API_KEY`` (as bench and the pytest plugin read
+    it). Only for a live Daytona: the emulator has its own key, and Sandbox Fusion takes none."""
+    return given if given is not None else (os.environ.get("DAYTONA_API_KEY") or None)
+
+
 def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--suite", type=Path, metavar="FILE", help="the suite (default: fixtures/reference/suite.yaml)")
-    parser.add_argument("--api-key", metavar="KEY", help="Daytona bearer key of the live service")
+    parser.add_argument(
+        "--api-key", metavar="KEY", help="Daytona bearer key of the live service (default: $DAYTONA_API_KEY)"
+    )
     parser.add_argument("--cases", nargs="+", metavar="GLOB", help="only the cases whose id matches")
 
 

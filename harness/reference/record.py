@@ -25,7 +25,7 @@ from pathlib import Path
 
 from harness.interrupts import INTERRUPTED
 from harness.outputs import dir_problem
-from harness.reference.check import add_common_options
+from harness.reference.check import add_common_options, api_key
 from harness.reference.snapshots import (
     Snapshot,
     SnapshotError,
@@ -123,15 +123,16 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    problem = key_problem(args.api_key)
+    key = api_key(args.api_key) if args.service == "daytona" else None
+    problem = key_problem(key)
     if problem is not None:
-        print(f"sandbox-emulator record: --api-key: {problem}; nothing recorded", file=sys.stderr)
+        print(f"sandbox-emulator record: --api-key (or $DAYTONA_API_KEY): {problem}; nothing recorded", file=sys.stderr)
         return 2
     problem = dir_problem(args.out, "--out", create=False)  # before any request: the answers must have a home
     if problem is not None:
         print(f"sandbox-emulator record: {problem}; nothing recorded", file=sys.stderr)
         return 2
-    target = Target(args.service, base_url(args.service, args.target), args.api_key)
+    target = Target(args.service, base_url(args.service, args.target), key)
     path = snapshot_path(args.out, args.service)
     try:
         suite = load_suite(args.suite)

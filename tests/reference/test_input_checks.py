@@ -230,12 +230,12 @@ def test_an_api_key_http_cannot_carry_is_refused_without_quoting_it(
     args = ["record", "--target", url, "--service", "daytona", "--api-key", key, "--out", str(tmp_path)]
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert "--api-key: the API key holds whitespace" in err and err.count("\n") == 1
+    assert "--api-key (or $DAYTONA_API_KEY): the API key holds whitespace" in err and err.count("\n") == 1
     assert "SECRET" not in err and not list(tmp_path.iterdir())
     args = ["check-reference", "--reference-url", url, "--service", "daytona", "--api-key", key, "--json"]
     assert main(args) == 2
     captured = capsys.readouterr()
-    assert "--api-key: the API key holds whitespace" in captured.err and "SECRET" not in captured.out + captured.err
+    assert "the API key holds whitespace" in captured.err and "SECRET" not in captured.out + captured.err
     assert len(reference_emulator.emulator.journal.entries()) == sent  # refused before any request
 
 
@@ -410,3 +410,22 @@ def test_a_probe_answered_with_a_redirect_names_its_location(
     assert main(["record", "--target", url + "/sf", "--out", str(tmp_path)]) == 2  # /sf/v1/ping is no probe path
     err = capsys.readouterr().err
     assert f"GET {url}/sf/v1/ping answered 307 Temporary Redirect, a redirect to https://sso.example/login" in err
+
+
+def test_daytona_api_key_is_read_when_no_api_key_is_given(
+    reference_emulator: EmulatorServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = reference_emulator.url + "/api"
+    monkeypatch.setenv("DAYTONA_API_KEY", reference_emulator.emulator.config.daytona.api_key)
+    args = ["record", "--target", url, "--service", "daytona", "--cases", "create", "get", "--out", str(tmp_path)]
+    assert main(args) == 0
+    assert json.loads((tmp_path / "daytona.json").read_text())["cases"]["create"]["status"] == 200
+    args = ["check-reference", "--reference-url", url, "--service", "daytona", "--snapshots", str(tmp_path)]
+    assert main([*args, "--cases", "create", "get"]) == 0
+    monkeypatch.setenv("DAYTONA_API_KEY", "wrong")
+    assert main(args) == 2
+    assert "the service refused the API key (401 Unauthorized)" in capsys.readouterr().err
+    assert main([*args, "--api-key", reference_emulator.emulator.config.daytona.api_key, "--cases", "create"]) == 0
