@@ -160,9 +160,9 @@ def main(args: argparse.Namespace) -> int:
         try:
             done = record(target, args.out, args.suite, args.cases, said)
         except KeyboardInterrupt:
+            answers = f"{len(received)} answer{'' if len(received) == 1 else 's'}"
             print(
-                f"sandbox-emulator record: interrupted; the {len(received)} answers received were dropped "
-                f"({_untouched(path)})",
+                f"sandbox-emulator record: interrupted; dropped the {answers} received ({_untouched(path)})",
                 file=sys.stderr,
             )
             return INTERRUPTED

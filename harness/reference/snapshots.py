@@ -15,6 +15,7 @@ from typing import Any
 
 from harness.outputs import write_whole
 from harness.reference.suite import Answer
+from harness.urls import without_userinfo
 
 
 class SnapshotError(ValueError):
@@ -85,6 +86,8 @@ def read_snapshot(directory: Path, service: str) -> Snapshot | None:
     cases = raw.get("cases") if isinstance(raw, dict) else None
     if not isinstance(cases, dict) or not all(isinstance(c, dict) and "status" in c for c in cases.values()):
         raise SnapshotError(f"the snapshot {path} must hold 'cases': {{id: {{'status': ..., 'body': ...}}}}")
-    return Snapshot(
-        str(raw.get("service", service)), str(raw.get("source", "")), str(raw.get("recorded_at", "")), cases
-    )
+    for case in cases.values():  # a file written before credentials were stripped must not carry them on
+        if isinstance(case.get("source"), str):
+            case["source"] = without_userinfo(case["source"])
+    source = without_userinfo(str(raw.get("source", "")))
+    return Snapshot(str(raw.get("service", service)), source, str(raw.get("recorded_at", "")), cases)

@@ -396,7 +396,7 @@ def test_an_interrupted_record_says_the_answers_were_dropped(
     assert main(["record", "--target", reference_emulator.url, "--out", str(tmp_path)]) == 130
     err = capsys.readouterr().err
     path = tmp_path / "sandbox-fusion.json"
-    assert f"interrupted; the 2 answers received were dropped ({path} is untouched)" in err
+    assert f"interrupted; dropped the 2 answers received ({path} is untouched)" in err
     assert path.read_bytes() == before
 
 
@@ -429,3 +429,14 @@ def test_daytona_api_key_is_read_when_no_api_key_is_given(
     assert main(args) == 2
     assert "the service refused the API key (401 Unauthorized)" in capsys.readouterr().err
     assert main([*args, "--api-key", reference_emulator.emulator.config.daytona.api_key, "--cases", "create"]) == 0
+
+
+def test_credentials_in_an_older_snapshot_are_not_carried_on(
+    reference_emulator: EmulatorServer, tmp_path: Path
+) -> None:
+    old = {"source": "http://user:s3cretpw@old-host:8080", "recorded_at": "2026-01-02", "cases": {}}
+    old["cases"] = {"03_exception": {"status": 200, "body": {}}, "02_timeout": {"status": 200, "source": old["source"]}}
+    (tmp_path / "sandbox-fusion.json").write_text(json.dumps(old))
+    assert main(["record", "--target", reference_emulator.url, "--cases", "01_*", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "sandbox-fusion.json").read_text()
+    assert "s3cretpw" not in text and json.loads(text)["cases"]["03_exception"]["source"] == "http://old-host:8080"
