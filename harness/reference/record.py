@@ -5,7 +5,7 @@ The answers are merged into the snapshot already in the directory, if any: a cas
 answer, every other earlier case is kept, and when no case gets an answer the file is left as it was.
 
 An answer that says the service refused the caller (401/403), or that came from something in front of it (a
-redirect, a gateway's 502/503/504, an HTML page or other non-JSON body), is never stored: nothing is written (the
+redirect, a 5xx, an HTML page or other non-JSON body), is never stored: nothing is written (the
 run still sends the remaining cases, so that the suite's own last cases delete Daytona's sandbox). Before any case,
 the service's probe (``suite.PROBES``) must succeed, so that a wrong base URL, whose every answer would be the
 framework's 404, a refused key or a hung service stops the run before it sends the suite. Each case is said on

@@ -253,6 +253,19 @@ def scrubbed(target: Target, text: str) -> str:
     return text.replace(target.url, target.shown)
 
 
+def _scrubbed_value(target: Target, value: Any) -> Any:
+    """``value`` (a JSON body) with :func:`scrubbed` applied to every string in it, keys included."""
+    if not target.api_key and target.url == target.shown:
+        return value
+    if isinstance(value, str):
+        return scrubbed(target, value)
+    if isinstance(value, list):
+        return [_scrubbed_value(target, v) for v in value]
+    if isinstance(value, dict):
+        return {scrubbed(target, k): _scrubbed_value(target, v) for k, v in value.items()}
+    return value
+
+
 def _fill(path: str, saved: dict[str, str]) -> str:
     def one(match: re.Match[str]) -> str:
         name = match.group(1)
@@ -294,6 +307,7 @@ def run_case(client: httpx.Client, target: Target, case: Case, saved: dict[str, 
         error = scrubbed(target, f"{type(exc).__name__}: {exc}")
         return Answer(None, error=error, timed_out=isinstance(exc, httpx.TimeoutException))
     body, is_json = _body(response)
+    body = _scrubbed_value(target, body)  # an error page or a debugging proxy may echo the request's headers
     content_type = response.headers.get("content-type", "")
     answer = Answer(response.status_code, body, None, content_type, response.headers.get("location"), is_json)
     if case.save and isinstance(answer.body, dict):
@@ -386,8 +400,9 @@ GATEWAY_STATUSES = (502, 503, 504)
 
 def unexpected(answer: Answer) -> str | None:
     """What ``answer`` is, when it is one the suite never expects and so no answer of the service to record: a
-    redirect (a login or HTTPS redirect), a gateway's error, an HTML page or another non-JSON body (every case,
-    the 4xx ones included, answers JSON). None when it may be recorded, or got no HTTP answer at all."""
+    redirect (a login or HTTPS redirect), a gateway's error or any other 5xx (no case expects the service to fail),
+    an HTML page or another non-JSON body (every case, the 4xx ones included, answers JSON). None when it may be
+    recorded, or got no HTTP answer at all."""
     status = answer.status
     if status is None:
         return None
@@ -396,6 +411,8 @@ def unexpected(answer: Answer) -> str | None:
         return f"a redirect ({said}) to {answer.location or 'no Location'}"
     if status in GATEWAY_STATUSES:
         return f"a gateway's error ({said})"
+    if status >= 500:
+        return f"a server error ({said}): the service failed"
     if "html" in answer.content_type.lower():
         return f"an HTML page ({said}), not the service's JSON"
     if not answer.is_json:

@@ -440,3 +440,24 @@ def test_credentials_in_an_older_snapshot_are_not_carried_on(
     assert main(["record", "--target", reference_emulator.url, "--cases", "01_*", "--out", str(tmp_path)]) == 0
     text = (tmp_path / "sandbox-fusion.json").read_text()
     assert "s3cretpw" not in text and json.loads(text)["cases"]["03_exception"]["source"] == "http://old-host:8080"
+
+
+def test_record_refuses_a_server_error_and_never_stores_an_echoed_key(
+    stub_service: tuple[str, list[tuple[int, str, str, dict[str, str]]]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from harness.reference.suite import Case, Target, run_case
+
+    url, answers = stub_service
+    answers.append((500, "application/json", '{"message": "internal error", "auth": "Bearer SECRETKEY123"}', {}))
+    args = ["record", "--target", url, "--service", "daytona", "--api-key", "SECRETKEY123", "--out", str(tmp_path)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "case create got a server error (500 Internal Server Error): the service failed" in err
+    assert "SECRETKEY123" not in err and not list(tmp_path.iterdir())
+    import httpx
+
+    with httpx.Client(timeout=30) as client:
+        answer = run_case(client, Target("daytona", url, "SECRETKEY123"), Case("x", "daytona", "GET", "/x"), {})
+    assert answer.body == {"message": "internal error", "auth": "Bearer <API key>"}
