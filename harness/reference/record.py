@@ -4,16 +4,18 @@
 The answers are merged into the snapshot already in the directory, if any: a case answered now replaces its earlier
 answer, every other earlier case is kept, and when no case gets an answer the file is left as it was.
 
-An answer that says the service refused the caller (401/403), or that came from something in front of it (a
-redirect, a 5xx, an HTML page or other non-JSON body), is never stored: nothing is written (the
-run still sends the remaining cases, so that the suite's own last cases delete Daytona's sandbox). Before any case,
-the service's probe (``suite.PROBES``) must succeed, so that a wrong base URL, whose every answer would be the
-framework's 404, a refused key or a hung service stops the run before it sends the suite. Each case is said on
-stderr as its answer comes; Ctrl-C drops the answers received, the file kept as it was (exit status 130).
+An answer that says the service refused the caller (401/403), that came from something in front of it or says it
+failed (a redirect, a 5xx, an HTML page or other non-JSON body), or a 409 on Daytona's ``create`` (a sandbox of the
+suite's name left running), is never stored: nothing is written (the run still sends the remaining cases, and
+deletes Daytona's sandbox however it ends). Before any case, the service's probe (``suite.PROBES``) must succeed,
+so that a wrong base URL, whose every answer would be the framework's 404, a refused key or a hung service stops
+the run before it sends the suite. Each case is said on stderr as its answer comes; Ctrl-C drops the answers
+received, the file kept as it was (exit status 130).
 
 Exit status: 0 when every case got an HTTP answer, 1 when some did not (the others are still stored), 2 on bad
 input (including a snapshot already there that cannot be read: it is not overwritten), a target where nothing
-accepts a connection, whose probe fails, or that refuses the key.
+accepts a connection, whose probe fails, that refuses the key, or whose answer is refused as above (nothing is
+written then); 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ from harness.urls import unreachable, url_problem
 
 class Refused(Exception):
     """The service refused the caller (401/403) on a case, or gave an answer the suite never expects (a redirect,
-    a gateway's error, an HTML page): that is no answer to record, so nothing is written."""
+    a 5xx, an HTML page, a 409 on create): that is no answer to record, so nothing is written."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,9 @@ def record(
 
     Recording never loses an earlier answer: a case that gets no answer now, or was not selected, keeps the one the
     file had, and when no case gets an answer the file is not touched at all. Raises :class:`Refused`, writing
-    nothing, when the service refused the caller (401/403) on any case: a refusal is no answer to the case.
+    nothing, when the service refused the caller (401/403) on any case, answered one with something the suite never
+    expects (:func:`~harness.reference.suite.unexpected`), or answered ``create`` with a 409 (a leftover sandbox):
+    none of those is an answer to the case.
     """
     cases = select(load_suite(suite_path)[target.service], patterns)
     previous = read_snapshot(out, target.service)  # a snapshot that cannot be read is not overwritten
