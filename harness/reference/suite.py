@@ -309,7 +309,10 @@ def run_case(client: httpx.Client, target: Target, case: Case, saved: dict[str, 
     body, is_json = _body(response)
     body = _scrubbed_value(target, body)  # an error page or a debugging proxy may echo the request's headers
     content_type = response.headers.get("content-type", "")
-    answer = Answer(response.status_code, body, None, content_type, response.headers.get("location"), is_json)
+    location = response.headers.get("location")
+    if location is not None:  # printed when the answer is refused: a Location may carry credentials too
+        location = without_userinfo(scrubbed(target, location))
+    answer = Answer(response.status_code, body, None, content_type, location, is_json)
     if case.save and isinstance(answer.body, dict):
         for name, key in case.save.items():
             if isinstance(answer.body.get(key), str):

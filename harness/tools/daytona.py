@@ -578,9 +578,14 @@ class DaytonaTool(BaseTool):
                 on_stderr=output.on_stderr,
                 on_error=output.on_error,
             )
+            loop = asyncio.get_running_loop()
+            started = loop.time()
             try:
                 return await asyncio.wait_for(running, deadline)
-            except asyncio.TimeoutError:
+            except asyncio.TimeoutError as exc:
+                if loop.time() - started < deadline:  # raised inside the SDK (its HTTP client's), not our deadline
+                    said = f": {exc}" if str(exc) else ""
+                    raise _Infra(f"the client timed out talking to the interpreter{said}") from None
                 raise _Infra(f"no answer from the interpreter within {deadline:g} s") from None
 
         try:

@@ -412,6 +412,18 @@ def test_a_probe_answered_with_a_redirect_names_its_location(
     assert f"GET {url}/sf/v1/ping answered 307 Temporary Redirect, a redirect to https://sso.example/login" in err
 
 
+def test_a_redirects_location_is_printed_without_its_credentials(
+    stub_service: tuple[str, list[tuple[int, str, str, dict[str, str]]]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    url, answers = stub_service
+    answers.append((307, "text/html", "", {"Location": "https://someone:hunter22@sso.example/login"}))
+    assert main(["record", "--target", url + "/sf", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "a redirect to https://sso.example/login" in err and "hunter22" not in err
+
+
 def test_daytona_api_key_is_read_when_no_api_key_is_given(
     reference_emulator: EmulatorServer,
     tmp_path: Path,

@@ -499,3 +499,29 @@ def test_a_run_with_no_answer_is_cut_off_as_a_service_fault(
             assert text == INFRA_FAULT_OBSERVATION.format(reason="no answer from the interpreter within 2.5 s")
         else:
             assert text == "quick\n"
+
+
+def test_a_timeout_inside_the_sdk_is_not_reported_as_the_run_deadline(
+    sandbox_emulator: EmulatorServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A TimeoutError the SDK's own client raises at once is a service fault in its own words, not "no answer
+    within N s" (the deadline it did not reach)."""
+    from daytona._async.code_interpreter import AsyncCodeInterpreter
+
+    async def times_out(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise asyncio.TimeoutError("read timed out")
+
+    monkeypatch.setattr(AsyncCodeInterpreter, "run_code", times_out)
+    tool = make_tool(sandbox_emulator, retry={**FAST_RETRY, "max_attempts": 1})
+
+    async def main() -> tuple[str | None, dict[str, Any]]:
+        instance_id, _ = await tool.create()
+        response, _, metrics = await tool.execute(instance_id, {"code": "print(1)", "timeout": 1})
+        await tool.release(instance_id)
+        await tool.aclose()
+        return response.text, metrics
+
+    text, metrics = asyncio.run(main())
+    assert metrics["status"] == "infra_fault"
+    reason = "the client timed out talking to the interpreter: read timed out"
+    assert text == INFRA_FAULT_OBSERVATION.format(reason=reason)
