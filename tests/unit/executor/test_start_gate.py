@@ -103,8 +103,9 @@ def test_a_run_cancelled_during_the_wait_never_starts_and_leaves_nothing(
 
     held = runner.call(scenario())
     assert not marker.exists()
-    zygote = executor.zygote_pid
-    assert zygote is not None and held not in _children_of(zygote)
+    # killed: the warm interpreter kills it when the cancel reaches it, which may come after the next run's answer
+    # (once in some thousand runs it was still alive when read at once)
+    assert dead(held)
 
 
 def test_only_the_first_run_takes_the_wait(runner: Runner) -> None:
