@@ -82,6 +82,8 @@ class GRPOJobResult:
     faults_injected: dict[str, int] = field(default_factory=dict)
     #: Why the last sandbox creation failed ("" when none did).
     create_error: str = ""
+    #: The pool's ``pool=<id>`` label: random against a real Daytona, from the seed on the embedded emulator.
+    pool_id: str = ""
 
     @property
     def completions(self) -> int:
@@ -150,9 +152,9 @@ def _progress_callback(progress: StepProgress, steps: int) -> Any:
 
 
 def _train(
-    options: GRPOJobOptions, config: Any, progress: StepProgress | None
+    options: GRPOJobOptions, config: Any, progress: StepProgress | None, pool_id: str | None = None
 ) -> tuple[GRPOOutcome, RecordingReward, DaytonaPool, float]:
-    pool = DaytonaPool(options.pool_size, config, fresh_context=options.fresh_context)
+    pool = DaytonaPool(options.pool_size, config, fresh_context=options.fresh_context, pool_id=pool_id)
     callbacks = [] if progress is None else [_progress_callback(progress, options.settings.steps)]
     reward = SandboxReward(pool, timeout=options.timeout)
     try:
@@ -258,7 +260,9 @@ def run_grpo_job(options: GRPOJobOptions, progress: StepProgress | None = None) 
     server = EmulatorServer(emulator)  # (uvicorn sets its loggers' levels here, so quiet them after)
     with quiet_reset_log(), server:
         config = DaytonaConfig(api_url=server.url + "/api", api_key=emulator.config.daytona.api_key)
-        outcome, recorder, pool, train_s = _train(options, config, progress)
+        # The emulator is this job's alone, so the pool's label may be fixed: the plan then replays the same faults
+        # on the same creations for the same seed (a random label would change every creation's request body).
+        outcome, recorder, pool, train_s = _train(options, config, progress, pool_id=f"grpo-seed-{settings.seed}")
     entries = emulator.journal.entries()
     faults: Counter[str] = Counter(e.fault for e in entries if e.fault is not None)
     return _result(
@@ -293,5 +297,6 @@ def _result(
         time.monotonic() - started,
         train_s,
         create_error=pool.last_create_error,
+        pool_id=pool.pool_id,
         **emulator_figures,
     )

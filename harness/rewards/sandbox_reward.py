@@ -211,6 +211,10 @@ def whole_seconds(timeout: float) -> int:
     return int(timeout)
 
 
+#: What a pool id may be: a label value Daytona keeps as given.
+POOL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
 class PoolExhaustedError(RuntimeError):
     """No sandbox is left (every creation failed)."""
 
@@ -236,6 +240,10 @@ class DaytonaPool:
     Every sandbox carries the label ``pool=<id>`` unique to this pool. A creation whose answer was lost (a dropped
     connection, a cut body) may still have made a sandbox; after the up-front creation and on close, the pool lists
     its label and deletes every sandbox it holds no handle to, so none is left behind.
+
+    ``pool_id`` names that id instead of a random one: a fault plan decides by the request's body, which holds the
+    label, so a fixed id makes a seeded plan hit the same creations each run. It must be unique among the pools on
+    the service (the sweep deletes whatever carries it).
     """
 
     def __init__(
@@ -252,12 +260,18 @@ class DaytonaPool:
         fresh_context: bool = True,
         delete_timeout: float = 30.0,
         close_timeout: float = 120.0,
+        pool_id: str | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"pool size must be at least 1, got {size}")
+        if pool_id is not None and not (isinstance(pool_id, str) and POOL_ID.fullmatch(pool_id)):
+            raise ValueError(
+                f"pool_id must be 1 to 63 letters, digits, '-', '_' or '.', starting with a letter or digit,"
+                f" got {pool_id!r}"
+            )
         self.size = size
         self.config = config
-        self.pool_id = uuid.uuid4().hex[:12]
+        self.pool_id = uuid.uuid4().hex[:12] if pool_id is None else pool_id
         self.labels = {**(labels or {"purpose": "trl-reward"}), "pool": self.pool_id}
         self.create_attempts = create_attempts
         self.exec_attempts = exec_attempts

@@ -105,7 +105,7 @@ class _Checked(Exception):
     ],
 )
 def test_grpo_command_takes_the_largest_timeout_and_seed(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    def checked(*args: object) -> None:
+    def checked(*args: object, **kwargs: object) -> None:
         raise _Checked
 
     monkeypatch.setattr("harness.rewards.job._train", checked)

@@ -172,6 +172,7 @@ def test_grpo_job_under_the_flaky_profile_keeps_its_invariants() -> None:
     from harness.rewards.job import GRPOJobOptions, run_grpo_job
 
     result = run_grpo_job(GRPOJobOptions(settings=SETTINGS, faults="flaky"))
+    assert result.pool_id == "grpo-seed-0"  # the plan fails the same creation tries each run (a random id did not)
     assert sum(result.faults_injected.values()) > 0
     assert result.ran_again == 0
     assert result.never_ran == result.pool.gave_up

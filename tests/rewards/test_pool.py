@@ -214,6 +214,40 @@ def test_a_sandbox_still_creating_after_its_create_timed_out_is_deleted_once_it_
         assert server.emulator.daytona_report().leaked == []
 
 
+def _creation_tries(plan: dict[str, Any], pool_id: str | None) -> list[tuple[str, int, str | None]]:
+    """(key, attempt, fault) of each sandbox creation a one-sandbox pool tried, on an emulator of its own."""
+    from daytona import DaytonaConfig
+
+    from emulator.app import Emulator, EmulatorConfig
+    from emulator.daytona.config import DaytonaConfig as EmulatedDaytona
+    from emulator.faults import load_plan
+
+    emulator = Emulator(EmulatorConfig(daytona=EmulatedDaytona(api_key="k")), faults=load_plan(plan))
+    with EmulatorServer(emulator) as server:
+        pool = DaytonaPool(1, DaytonaConfig(api_url=server.url, api_key="k"), pool_id=pool_id, create_attempts=4)
+        with SandboxReward(pool, "sort_numbers", timeout=1.0):
+            assert pool.labels["pool"] == pool.pool_id
+        assert server.emulator.daytona_report().leaked == []
+        return [(e.key, e.attempt, e.fault) for e in server.emulator.journal.entries(CREATE)]
+
+
+def test_a_fixed_pool_id_makes_a_seeded_plan_fail_the_same_creations() -> None:
+    """A fault plan decides by the request's body, and a creation's body holds the pool's label: with the same
+    ``pool_id`` two pools send the same creations and a seeded plan fails the same tries (a random id is a fresh
+    draw each time, so a job under faults could not be replayed)."""
+    plan = {"seed": 5, "rules": [{"route": CREATE, "probability": 0.5, "fault": 503}]}
+    first = _creation_tries(plan, "replay-me")
+    assert first == _creation_tries(plan, "replay-me")
+    assert first[0][2] is not None and first[-1][2] is None  # this seed fails a try, then lets one through
+    assert _creation_tries(plan, None)[0][0] != first[0][0]  # a random id: another request, another draw
+
+
+@pytest.mark.parametrize("pool_id", ["", "has space", "-lead", "x" * 64, "pool=x", 7])
+def test_a_pool_id_that_is_not_a_plain_label_value_is_refused(pool_id: Any) -> None:
+    with pytest.raises(ValueError, match="pool_id must be 1 to 63 letters"):
+        DaytonaPool(1, pool_id=pool_id)
+
+
 #: Every run fails outside the program, the three deletes of the failed sandbox fail, and no replacement can be made.
 @pytest.mark.faults(
     {
