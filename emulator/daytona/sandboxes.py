@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NoReturn
 
 from emulator.executor.trees import remove_tree
 from emulator.faults.bodies import now_iso
@@ -459,6 +459,40 @@ class SandboxStore:
             sandbox.labels = dict(labels)
             self._touch(sandbox)
             return sandbox
+
+    def refresh_activity(self, id_or_name: str) -> Sandbox:
+        """The API's ``updateLastActivityAt``: now is the sandbox's last activity (its auto-stop counts from it),
+        whatever its state."""
+        with self._lock:
+            sandbox = self.get(id_or_name)
+            self.mark_activity(sandbox)
+            return sandbox
+
+    def set_public(self, id_or_name: str, public: bool) -> Sandbox:
+        with self._lock:
+            sandbox = self.get(id_or_name)
+            sandbox.public = public
+            self._touch(sandbox)
+            return sandbox
+
+    def pause(self, id_or_name: str) -> NoReturn:
+        """The API's ``pause`` (v0.190), which no emulated sandbox passes: one not started is a 400, one between
+        states a 409, and a started one a 422, since only the ``linux-vm`` and ``windows`` classes pause and every
+        emulated sandbox is a ``container``."""
+        with self._lock:
+            sandbox = self.get(id_or_name)
+            if sandbox.state != "started":
+                raise ApiError(400, "Sandbox must be in started state to pause")
+            if sandbox.desired_state != sandbox.state:  # the API's ``pending`` (a soft delete waiting, say)
+                raise ApiError(409, _STATE_CHANGE_IN_PROGRESS)
+            raise ApiError(422, "Pausing is not supported for this sandbox")
+
+    def recover(self, id_or_name: str) -> NoReturn:
+        """The API's ``recover``, which no emulated sandbox passes: only a sandbox the runner marked ``recoverable``
+        recovers, and no emulated error is (its JSON says ``recoverable: false``)."""
+        with self._lock:
+            self.get(id_or_name)
+            raise ApiError(400, "Sandbox is not in a recoverable state")
 
     def set_interval(self, id_or_name: str, which: str, minutes: int) -> Sandbox:
         with self._lock:

@@ -18,7 +18,7 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -76,7 +76,11 @@ CONTROL_ROUTES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("POST", "/sandbox/{sid}/start", "daytona.sandbox.start", (SANDBOX_LIFECYCLE,)),
     ("POST", "/sandbox/{sid}/stop", "daytona.sandbox.stop", (SANDBOX_LIFECYCLE,)),
     ("GET", "/sandbox/{sid}/toolbox-proxy-url", "daytona.sandbox.toolbox_proxy_url", (AUTHENTICATED,)),
+    ("POST", "/sandbox/{sid}/pause", "daytona.sandbox.pause", (SANDBOX_LIFECYCLE,)),
+    ("POST", "/sandbox/{sid}/recover", "daytona.sandbox.recover", (SANDBOX_LIFECYCLE,)),
     ("PUT", "/sandbox/{sid}/labels", "daytona.sandbox.labels", (AUTHENTICATED,)),
+    ("POST", "/sandbox/{sid}/public/{public}", "daytona.sandbox.public", (AUTHENTICATED,)),
+    ("POST", "/sandbox/{sid}/last-activity", "daytona.sandbox.last_activity", (AUTHENTICATED,)),
     ("POST", "/sandbox/{sid}/autostop/{interval}", "daytona.sandbox.autostop", (AUTHENTICATED,)),
     ("POST", "/sandbox/{sid}/autodelete/{interval}", "daytona.sandbox.autodelete", (AUTHENTICATED,)),
     ("POST", "/sandbox/{sid}/autoarchive/{interval}", "daytona.sandbox.autoarchive", (AUTHENTICATED,)),
@@ -313,7 +317,7 @@ class DaytonaService:
                 else:
                     try:
                         payload = await operation(request, _json_body(body) if body else {})
-                        response = json_response(payload)
+                        response = payload if isinstance(payload, Response) else json_response(payload)
                     except ApiError as exc:
                         response = api_error(exc.status, exc.message, path, code=exc.code)
                     except Exception:  # a bug of ours: the API's own answer to one (NestJS's filter), logged here
@@ -441,6 +445,30 @@ class DaytonaService:
         sandbox = self.store.set_labels(request.path_params["sid"], labels)
         _note(sandbox)
         return {"labels": dict(sandbox.labels)}
+
+    async def _op_public(self, request: Request, body: dict[str, Any]) -> Response:
+        """201 with the Sandbox (a NestJS ``@Post`` without ``@HttpCode``); ``isPublic`` is a boolean as the API's
+        global ``ValidationPipe`` converts one from the path: ``true`` alone is true, anything else false."""
+        public = request.path_params["public"] == "true"
+        sandbox = self.store.set_public(request.path_params["sid"], public)
+        _note(sandbox)
+        return json_response(self._sandbox_json(sandbox, request), 201)
+
+    async def _op_last_activity(self, request: Request, body: dict[str, Any]) -> Response:
+        """What ``Sandbox.refresh_activity`` calls: the auto-stop timer starts again; 201 with no body (the
+        controller returns nothing)."""
+        sandbox = self.store.refresh_activity(request.path_params["sid"])
+        _note(sandbox)
+        return Response(status_code=201)
+
+    async def _op_pause(self, request: Request, body: dict[str, Any]) -> NoReturn:
+        self.store.pause(request.path_params["sid"])
+
+    async def _op_recover(self, request: Request, body: dict[str, Any]) -> NoReturn:
+        sandbox = self.store.get(request.path_params["sid"])  # the API's access guard, before its pipes
+        _note(sandbox)
+        _bool_query(request, "skipStart")
+        self.store.recover(sandbox.id)
 
     async def _interval(self, request: Request, which: str) -> dict[str, Any]:
         minutes = interval_minutes(request.path_params["interval"], which)
@@ -865,6 +893,17 @@ async def _off_loop(work: Callable[..., _T], *args: Any) -> _T:
     """Run a file route's walk of a tree (a listing, a find or search, a replace, a recursive delete, a move) in a
     worker thread: a big tree would otherwise hold up every other request the server is answering."""
     return await asyncio.to_thread(work, *args)
+
+
+def _bool_query(request: Request, name: str) -> bool | None:
+    """A query parameter through NestJS's optional ``ParseBoolPipe``: absent is None, ``true`` or ``false`` the
+    boolean, anything else (an empty value, a repeated name) its 400."""
+    values = request.query_params.getlist(name)
+    if not values:
+        return None
+    if len(values) == 1 and values[0] in ("true", "false"):
+        return values[0] == "true"
+    raise ApiError(400, "Validation failed (boolean string is expected)")
 
 
 def _bearer_token(headers: Any) -> str | None:

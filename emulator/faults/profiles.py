@@ -68,14 +68,14 @@ PROFILES: dict[str, dict[str, Any]] = {
     # Daytona's documented Tier 1 limits (daytona.md, "Rate limiting") as fault-plan limits: a fixed window per
     # minute opened by the first request (the API's own NestJS throttlers, emulated by the Daytona service itself,
     # also block for a minute from the refused hit), the X-RateLimit-*-{name} headers on every control-plane answer
-    # and Retry-After-{name} on a 429. Toolbox traffic is not throttled. The fork/recover/pause/resize/archive routes
-    # the real throttlers also cover are not emulated.
+    # and Retry-After-{name} on a 429. Toolbox traffic is not throttled. The fork/resize/archive routes the real
+    # throttlers also cover are not emulated.
     "daytona-tier1": {
         "seed": 0,
         "description": (
             "Daytona Tier 1 throttlers per minute: authenticated 10,000 (the control-plane routes but creation "
-            "and the lifecycle), sandbox-create 300, sandbox-lifecycle 10,000 (delete, start, stop), with Daytona's "
-            "headers."
+            "and the lifecycle), sandbox-create 300, sandbox-lifecycle 10,000 (delete, start, stop, pause, recover), "
+            "with Daytona's headers."
         ),
         "rules": [],
         "limits": [
@@ -90,6 +90,8 @@ PROFILES: dict[str, dict[str, Any]] = {
                     "daytona.sandbox.autostop",
                     "daytona.sandbox.autodelete",
                     "daytona.sandbox.autoarchive",
+                    "daytona.sandbox.public",
+                    "daytona.sandbox.last_activity",
                 ],
                 "max_requests": 10000,
                 "per": 60,
@@ -104,7 +106,13 @@ PROFILES: dict[str, dict[str, Any]] = {
             },
             {
                 "name": "sandbox-lifecycle",
-                "route": ["daytona.sandbox.delete", "daytona.sandbox.start", "daytona.sandbox.stop"],
+                "route": [
+                    "daytona.sandbox.delete",
+                    "daytona.sandbox.start",
+                    "daytona.sandbox.stop",
+                    "daytona.sandbox.pause",
+                    "daytona.sandbox.recover",
+                ],
                 "max_requests": 10000,
                 "per": 60,
                 "headers_style": "daytona",
