@@ -17,11 +17,13 @@ import math
 import os
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Container
 from typing import Any, NoReturn, TypeVar
 
+from starlette.datastructures import URL
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Match, Router
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from emulator.executor import Executor, start_gate
@@ -122,9 +124,47 @@ TOOLBOX_ROUTES: tuple[tuple[str, str, str], ...] = (
 
 ROUTE_INTERPRETER = "daytona.interpreter.execute"
 
+#: Gate route names of what the emulator does not serve: a path under one of :data:`API_ROOTS` on the control plane,
+#: any path under ``/toolbox/{sandboxId}`` that no toolbox route serves. Both answer 501 in their envelope: a 404
+#: would reach the SDK as ``DaytonaNotFoundError``, which reads as "sandbox not found".
+ROUTE_NOT_EMULATED = "daytona.not_emulated"
+ROUTE_TOOLBOX_NOT_EMULATED = "daytona.toolbox.not_emulated"
+
+#: The first segments of the paths the SDK's API client (0.226.1) calls.
+API_ROOTS: tuple[str, ...] = (
+    "api-keys",
+    "audit",
+    "config",
+    "docker-registry",
+    "health",
+    "jobs",
+    "object-storage",
+    "organizations",
+    "preview",
+    "regions",
+    "runners",
+    "sandbox",
+    "secret",
+    "shared-regions",
+    "snapshots",
+    "users",
+    "volumes",
+    "warm-pools",
+    "webhooks",
+)
+
+#: ``GET`` routes the API declares before ``/sandbox/{sandboxIdOrName}``, so that they never name a sandbox.
+FIXED_SANDBOX_PATHS: tuple[str, ...] = ("/sandbox/paginated", "/sandbox/for-runner")
+
+_ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
 #: Every gate route name this service uses (for docs and fault plans).
 ROUTES: tuple[str, ...] = tuple(
-    dict.fromkeys([r[2] for r in CONTROL_ROUTES] + [r[2] for r in TOOLBOX_ROUTES] + [ROUTE_INTERPRETER])
+    dict.fromkeys(
+        [r[2] for r in CONTROL_ROUTES]
+        + [r[2] for r in TOOLBOX_ROUTES]
+        + [ROUTE_INTERPRETER, ROUTE_NOT_EMULATED, ROUTE_TOOLBOX_NOT_EMULATED]
+    )
 )
 
 
@@ -271,11 +311,27 @@ class DaytonaService:
     # ------------------------------------------------------------------ mounting
 
     def mount(self, app: Any) -> None:
+        router: Router = app.router
+        unserved: list[Endpoint] = []
         for prefix in ("", "/api"):
+            not_emulated = _keep_slash_redirects(
+                self._control_endpoint(ROUTE_NOT_EMULATED, (AUTHENTICATED,)), router, unserved
+            )
+            for path in FIXED_SANDBOX_PATHS:
+                router.add_route(prefix + path, not_emulated, methods=["GET"])
             for method, path, route, throttlers in CONTROL_ROUTES:
-                app.router.add_route(prefix + path, self._control_endpoint(route, throttlers), methods=[method])
+                router.add_route(prefix + path, self._control_endpoint(route, throttlers), methods=[method])
+            for root in API_ROOTS:  # after the routes served, which come first where both match
+                router.add_route(f"{prefix}/{root}", not_emulated, methods=_ANY_METHOD)
+                router.add_route(f"{prefix}/{root}/{{rest:path}}", not_emulated, methods=_ANY_METHOD)
         for method, path, route in TOOLBOX_ROUTES:
-            app.router.add_route("/toolbox/{sid}" + path, self._toolbox_endpoint(route), methods=[method])
+            router.add_route("/toolbox/{sid}" + path, self._toolbox_endpoint(route), methods=[method])
+        toolbox_not_emulated = self._toolbox_endpoint(ROUTE_TOOLBOX_NOT_EMULATED)
+        router.add_route(
+            "/toolbox/{sid}/{rest:path}",
+            _keep_slash_redirects(toolbox_not_emulated, router, unserved),
+            methods=_ANY_METHOD,
+        )
         app.router.add_websocket_route("/toolbox/{sid}/process/interpreter/execute", self._interpreter_ws)
         app.router.add_websocket_route(
             "/toolbox/{sid}/process/session/{session}/command/{command}/logs", self._session_logs_ws
@@ -470,6 +526,9 @@ class DaytonaService:
         _bool_query(request, "skipStart")
         self.store.recover(sandbox.id)
 
+    async def _op_not_emulated(self, request: Request, body: dict[str, Any]) -> NoReturn:
+        raise ApiError(501, _not_emulated(request))
+
     async def _interval(self, request: Request, which: str) -> dict[str, Any]:
         minutes = interval_minutes(request.path_params["interval"], which)
         sandbox = self.store.set_interval(request.path_params["sid"], which, minutes)
@@ -640,6 +699,11 @@ class DaytonaService:
         path, mode, owner, group = (params.get(name) for name in ("path", "mode", "owner", "group"))
         file_routes.set_permissions(sandbox, path or "", mode, owner, group)
         return Response(status_code=200)
+
+    async def _tb_toolbox_not_emulated(self, sandbox: Sandbox, request: Request, body: bytes) -> NoReturn:
+        """A daemon route the emulator does not serve (``/env``, ``/system/metrics``, git, LSP, PTY, computer use):
+        501 in the daemon's envelope, once the proxy has found the sandbox started."""
+        raise ApiError(501, _not_emulated(request))
 
     async def _tb_info_dispatch(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         tail = request.url.path.rsplit("/", 1)[-1]
@@ -893,6 +957,34 @@ async def _off_loop(work: Callable[..., _T], *args: Any) -> _T:
     """Run a file route's walk of a tree (a listing, a find or search, a replace, a recursive delete, a move) in a
     worker thread: a big tree would otherwise hold up every other request the server is answering."""
     return await asyncio.to_thread(work, *args)
+
+
+def _not_emulated(request: Request) -> str:
+    return f"{request.method} {request.url.path} is not emulated by sandbox-emulator"
+
+
+def _keep_slash_redirects(endpoint: Endpoint, router: Router, unserved: list[Endpoint]) -> Endpoint:
+    """``endpoint`` for a catch-all route, after the 307 that Starlette's ``redirect_slashes`` gave before the
+    catch-all took its paths: to the path with its trailing slash added or taken away, when a route other than a
+    catch-all serves that (``GET /files/info/``)."""
+
+    async def answer(request: Request) -> Response:
+        twin = _slash_twin(request, router, unserved)
+        return RedirectResponse(twin) if twin is not None else await endpoint(request)
+
+    unserved.append(answer)
+    return answer
+
+
+def _slash_twin(request: Request, router: Router, skip: Container[object]) -> str | None:
+    path: str = request.scope["path"]
+    if path == "/":
+        return None
+    scope = {**request.scope, "path": path.rstrip("/") if path.endswith("/") else path + "/"}
+    for route in router.routes:
+        if getattr(route, "endpoint", None) not in skip and route.matches(scope)[0] != Match.NONE:
+            return str(URL(scope=scope))
+    return None
 
 
 def _bool_query(request: Request, name: str) -> bool | None:

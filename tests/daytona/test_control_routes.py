@@ -3,7 +3,7 @@ the statuses the API's controller gives them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -12,6 +12,8 @@ from daytona import (
     Daytona,
     DaytonaBadRequestError,
     DaytonaConfig,
+    DaytonaError,
+    DaytonaNotFoundError,
     DaytonaUnprocessableEntityError,
     SandboxState,
 )
@@ -93,3 +95,49 @@ def test_recover_is_refused_since_no_emulated_sandbox_is_recoverable(served: Emu
     assert (piped.status_code, piped.json()["message"]) == (400, "Validation failed (boolean string is expected)")
     missing = httpx.post(f"{served.url}/api/sandbox/nope/recover", params={"skipStart": "maybe"}, headers=HEADERS)
     assert missing.status_code == 404  # the access guard comes before the pipe
+
+
+def test_what_is_not_emulated_says_so_instead_of_not_found(served: EmulatorServer, daytona: Daytona) -> None:
+    """A route the emulator does not serve is a 501 in the envelope of who would answer it (the API's, the daemon's),
+    not a 404, which the SDK raises as ``DaytonaNotFoundError`` ("sandbox not found")."""
+    sandbox = daytona.create()
+    calls: dict[str, Callable[[], object]] = {
+        "set_ttl": lambda: sandbox.set_ttl(5),
+        "set_auto_pause_interval": lambda: sandbox.set_auto_pause_interval(5),
+        "update_network_settings": lambda: sandbox.update_network_settings(network_block_all=True),
+        "archive": sandbox.archive,
+        "update_env": lambda: sandbox.update_env({"A": "b"}),
+        "get_metrics_latest": sandbox.get_metrics_latest,
+    }
+    for name, call in calls.items():
+        with pytest.raises(DaytonaError) as info:
+            call()
+        assert not isinstance(info.value, DaytonaNotFoundError), name
+        assert info.value.status_code == 501 and "is not emulated by sandbox-emulator" in str(info.value), name
+    api = httpx.post(f"{served.url}/api/sandbox/{sandbox.id}/ttl/5", headers=HEADERS).json()
+    assert (api["statusCode"], api["error"], api["path"]) == (
+        501,
+        "Not Implemented",
+        f"/api/sandbox/{sandbox.id}/ttl/5",
+    )
+    daemon = httpx.get(f"{served.url}/toolbox/{sandbox.id}/system/metrics", headers=HEADERS).json()
+    assert (daemon["code"], daemon["source"], daemon["method"]) == ("NOT_IMPLEMENTED", "DAYTONA_DAEMON", "GET")
+    refused = httpx.post(f"{served.url}/api/sandbox/{sandbox.id}/ttl/5", headers={"Authorization": "Bearer no"})
+    assert refused.status_code == 401  # the key is checked first, as on a route served
+
+
+def test_the_apis_fixed_paths_never_name_a_sandbox(served: EmulatorServer, daytona: Daytona) -> None:
+    """``GET /sandbox/paginated`` is the API's deprecated listing, declared before ``/sandbox/{idOrName}``: never the
+    sandbox named ``paginated``."""
+    daytona.create(CreateSandboxFromSnapshotParams(name="paginated"))
+    for path in ("/api/sandbox/paginated", "/sandbox/for-runner"):
+        answer = httpx.get(served.url + path, headers=HEADERS)
+        assert answer.status_code == 501, path
+
+
+def test_a_trailing_slash_is_still_redirected_to_the_route(served: EmulatorServer, daytona: Daytona) -> None:
+    sandbox = daytona.create()
+    for path in (f"/api/sandbox/{sandbox.id}/", f"/toolbox/{sandbox.id}/files/info/?path=."):
+        moved = httpx.get(served.url + path, headers=HEADERS)
+        assert moved.status_code == 307, path
+        assert moved.headers["location"] == served.url + path.replace("/?", "?").rstrip("/")
