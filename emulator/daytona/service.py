@@ -495,12 +495,15 @@ class DaytonaService:
         return {"url": self._toolbox_url(request)}
 
     async def _op_labels(self, request: Request, body: dict[str, Any]) -> dict[str, Any]:
+        """The labels replaced, answered with the whole Sandbox, as the API's controller answers (its OpenAPI says
+        ``SandboxLabels``, which the SDK reads from it). The API validates nothing here (a JSON value of any kind is
+        stored); the emulator keeps labels as strings and refuses anything else (docs/daytona.md)."""
         labels = body.get("labels")
         if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
             raise ApiError(400, "labels must be an object of strings")
         sandbox = self.store.set_labels(request.path_params["sid"], labels)
         _note(sandbox)
-        return {"labels": dict(sandbox.labels)}
+        return self._sandbox_json(sandbox, request)
 
     async def _op_public(self, request: Request, body: dict[str, Any]) -> Response:
         """201 with the Sandbox (a NestJS ``@Post`` without ``@HttpCode``); ``isPublic`` is a boolean as the API's

@@ -141,3 +141,14 @@ def test_a_trailing_slash_is_still_redirected_to_the_route(served: EmulatorServe
         moved = httpx.get(served.url + path, headers=HEADERS)
         assert moved.status_code == 307, path
         assert moved.headers["location"] == served.url + path.replace("/?", "?").rstrip("/")
+
+
+def test_replacing_labels_answers_the_whole_sandbox(served: EmulatorServer, daytona: Daytona) -> None:
+    """The API's ``replaceLabels`` returns ``toSandboxDto`` (the OpenAPI's ``SandboxLabels`` reads its ``labels``)."""
+    sandbox = daytona.create(CreateSandboxFromSnapshotParams(labels={"a": "1"}))
+    assert sandbox.set_labels({"b": "2"}) == {"b": "2"}
+    assert daytona.get(sandbox.id).labels == {"b": "2"}
+    answer = httpx.put(f"{served.url}/api/sandbox/{sandbox.id}/labels", json={"labels": {"c": "3"}}, headers=HEADERS)
+    assert answer.status_code == 200
+    model = SandboxModel.from_dict(answer.json())
+    assert model is not None and (model.id, model.labels, model.state) == (sandbox.id, {"c": "3"}, "started")
