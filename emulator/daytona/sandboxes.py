@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 from emulator.executor.trees import remove_tree
 from emulator.faults.bodies import now_iso
 
+from . import intervals
 from .config import DaytonaConfig
 from .errors import ApiError
 
@@ -146,8 +147,9 @@ def _str_dict(value: Any, field_name: str) -> dict[str, str]:
 
 
 #: The least value each numeric field of a creation takes (-1 for autoDeleteInterval: never).
-_LEAST = {"cpu": 1, "memory": 1, "disk": 1, "gpu": 0, "autoStopInterval": 0, "autoArchiveInterval": 0}
-_LEAST["autoDeleteInterval"] = -1
+_LEAST = {"cpu": 1, "memory": 1, "disk": 1, "gpu": 0, "autoDeleteInterval": -1}
+#: The auto-stop and auto-archive intervals' sign is the API's own check (:mod:`emulator.daytona.intervals`).
+_LEAST["autoStopInterval"] = _LEAST["autoArchiveInterval"] = -(2**31)
 #: Larger than any resource or interval the API accepts, and than a JSON number the SDK's models would carry.
 _MOST = 2**31 - 1
 
@@ -164,15 +166,6 @@ def _opt_int(body: dict[str, Any], key: str, default: int) -> int:
     if not least <= value <= _MOST:
         raise ApiError(400, f"{key} must be an integer from {least} to {_MOST}")
     return int(value)
-
-
-def interval_minutes(raw: str, which: str) -> int:
-    """A lifecycle interval from a URL path segment (ASCII digits, -1 for autodelete's 'never'), or 400."""
-    least = -1 if which == "autodelete" else 0
-    digits = raw[1:] if raw.startswith("-") else raw
-    if not (digits.isascii() and digits.isdigit()) or not least <= int(raw) <= _MOST:
-        raise ApiError(400, f"interval must be an integer from {least} to {_MOST}")
-    return int(raw)
 
 
 class SandboxStore:
@@ -265,8 +258,8 @@ class SandboxStore:
             gpu = _opt_int(body, "gpu", 0)
             memory = _opt_int(body, "memory", config.default_memory_gib)
             disk = _opt_int(body, "disk", config.default_disk_gib)
-            auto_stop = _opt_int(body, "autoStopInterval", 15)
-            auto_archive = _opt_int(body, "autoArchiveInterval", 10080)
+            auto_stop = int(intervals.auto_stop(_opt_int(body, "autoStopInterval", 15)))
+            auto_archive = int(intervals.auto_archive(_opt_int(body, "autoArchiveInterval", 10080)))
             auto_delete = _opt_int(body, "autoDeleteInterval", -1)
             if name:
                 for other in self._sandboxes.values():
@@ -494,15 +487,20 @@ class SandboxStore:
             self.get(id_or_name)
             raise ApiError(400, "Sandbox is not in a recoverable state")
 
-    def set_interval(self, id_or_name: str, which: str, minutes: int) -> Sandbox:
+    def set_interval(self, id_or_name: str, which: str, value: float) -> Sandbox:
+        """The API's ``setAutostopInterval``, ``setAutoArchiveInterval`` and ``setAutoDeleteInterval`` of ``value``,
+        the path's interval as JavaScript's ``Number`` reads it: the sandbox found first (404), then the service's
+        checks (400), then the column's (500; see :mod:`emulator.daytona.intervals`)."""
         with self._lock:
             sandbox = self.get(id_or_name)
             if which == "autostop":
-                sandbox.auto_stop_interval = minutes
+                sandbox.auto_stop_interval = intervals.stored(intervals.auto_stop(value))
             elif which == "autoarchive":
-                sandbox.auto_archive_interval = minutes
+                sandbox.auto_archive_interval = intervals.stored(intervals.auto_archive(value))
             elif which == "autodelete":
-                sandbox.auto_delete_interval = minutes
+                if sandbox.gpu > 0:
+                    raise ApiError(400, "GPU sandboxes must remain ephemeral")
+                sandbox.auto_delete_interval = intervals.stored(value)  # any negative: never
             self._touch(sandbox)
             return sandbox
 

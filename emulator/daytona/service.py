@@ -55,8 +55,9 @@ from .interpreter import (
 )
 from .interpreter_client import ClientChannel
 from .interpreter_request import CLOSE_POLICY_VIOLATION, Refusal, close_reason, parse_execute_request
+from .intervals import js_number
 from .report import code_digest
-from .sandboxes import Sandbox, SandboxStore, interval_minutes
+from .sandboxes import Sandbox, SandboxStore
 from .session_logs import stream_log
 from .sessions import SessionCommand, SessionShells, ShellStart
 from .throttle import Throttlers, Verdict
@@ -533,8 +534,8 @@ class DaytonaService:
         raise ApiError(501, _not_emulated(request))
 
     async def _interval(self, request: Request, which: str) -> dict[str, Any]:
-        minutes = interval_minutes(request.path_params["interval"], which)
-        sandbox = self.store.set_interval(request.path_params["sid"], which, minutes)
+        value = js_number(request.path_params["interval"])  # the API's ValidationPipe: ``+raw``, never a 400
+        sandbox = self.store.set_interval(request.path_params["sid"], which, value)
         _note(sandbox)
         return self._sandbox_json(sandbox, request)
 

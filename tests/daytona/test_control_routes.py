@@ -152,3 +152,44 @@ def test_replacing_labels_answers_the_whole_sandbox(served: EmulatorServer, dayt
     assert answer.status_code == 200
     model = SandboxModel.from_dict(answer.json())
     assert model is not None and (model.id, model.labels, model.state) == (sandbox.id, {"c": "3"}, "started")
+
+
+def _interval(served: EmulatorServer, sid: str, which: str, raw: str) -> httpx.Response:
+    return httpx.post(f"{served.url}/api/sandbox/{sid}/{which}/{raw}", headers=HEADERS)
+
+
+def test_auto_archive_zero_is_the_maximum_and_larger_values_are_cut_to_it(
+    served: EmulatorServer, daytona: Daytona
+) -> None:
+    """The API's ``resolveAutoArchiveInterval``: 0 means ``maxAutoArchiveInterval`` (43200 by default), a larger
+    value is cut to it; at creation too."""
+    sandbox = daytona.create(CreateSandboxFromSnapshotParams(auto_archive_interval=0))
+    assert sandbox.auto_archive_interval == 43200
+    sandbox.set_auto_archive_interval(60)
+    assert daytona.get(sandbox.id).auto_archive_interval == 60
+    sandbox.set_auto_archive_interval(0)
+    assert daytona.get(sandbox.id).auto_archive_interval == 43200
+    for raw in ("50000", "1e9", "Infinity", "99999.5"):  # Math.min cuts before the column sees a fraction
+        assert _interval(served, sandbox.id, "autoarchive", raw).json()["autoArchiveInterval"] == 43200, raw
+
+
+def test_interval_refusals_are_the_apis(served: EmulatorServer, daytona: Daytona) -> None:
+    """The service's messages for a negative auto-stop or auto-archive interval (after the sandbox is found), any
+    negative auto-delete kept (never), and what is no 32-bit integer after JavaScript's ``Number`` a 500 (the
+    column refuses it)."""
+    sandbox = daytona.create()
+    stop = _interval(served, sandbox.id, "autostop", "-1")
+    assert (stop.status_code, stop.json()["message"]) == (400, "Auto-stop interval must be non-negative")
+    archive = _interval(served, sandbox.id, "autoarchive", "-5")
+    assert (archive.status_code, archive.json()["message"]) == (400, "Auto-archive interval must be non-negative")
+    assert _interval(served, "nope", "autostop", "-1").status_code == 404  # found before it is checked
+    assert _interval(served, sandbox.id, "autodelete", "-7").json()["autoDeleteInterval"] == -7
+    for raw, minutes in {" 12 ": 12, "0x10": 16, "1e2": 100, "-0": 0}.items():
+        assert _interval(served, sandbox.id, "autostop", raw).json()["autoStopInterval"] == minutes, raw
+    for raw in ("abc", "1.5", "NaN", "3000000000", "-0x10"):
+        failed = _interval(served, sandbox.id, "autostop", raw)
+        assert (failed.status_code, failed.json()["message"]) == (500, "An unexpected error occurred."), raw
+    assert daytona.get(sandbox.id).auto_stop_interval == 0  # none of them stored
+    gpu = httpx.post(f"{served.url}/api/sandbox", json={"gpu": 1, "autoDeleteInterval": 0}, headers=HEADERS).json()
+    kept = _interval(served, gpu["id"], "autodelete", "5")
+    assert (kept.status_code, kept.json()["message"]) == (400, "GPU sandboxes must remain ephemeral")
