@@ -533,19 +533,21 @@ class DaytonaService:
     async def _op_not_emulated(self, request: Request, body: dict[str, Any]) -> NoReturn:
         raise ApiError(501, _not_emulated(request))
 
-    async def _interval(self, request: Request, which: str) -> dict[str, Any]:
+    async def _interval(self, request: Request, which: str) -> Response:
+        """201 with the Sandbox: the routes have no ``@HttpCode``, so NestJS answers their POST 201 (their OpenAPI
+        says 200, which the SDK's client maps to the model; it reads nothing from the answer)."""
         value = js_number(request.path_params["interval"])  # the API's ValidationPipe: ``+raw``, never a 400
         sandbox = self.store.set_interval(request.path_params["sid"], which, value)
         _note(sandbox)
-        return self._sandbox_json(sandbox, request)
+        return json_response(self._sandbox_json(sandbox, request), 201)
 
-    async def _op_autostop(self, request: Request, body: dict[str, Any]) -> dict[str, Any]:
+    async def _op_autostop(self, request: Request, body: dict[str, Any]) -> Response:
         return await self._interval(request, "autostop")
 
-    async def _op_autodelete(self, request: Request, body: dict[str, Any]) -> dict[str, Any]:
+    async def _op_autodelete(self, request: Request, body: dict[str, Any]) -> Response:
         return await self._interval(request, "autodelete")
 
-    async def _op_autoarchive(self, request: Request, body: dict[str, Any]) -> dict[str, Any]:
+    async def _op_autoarchive(self, request: Request, body: dict[str, Any]) -> Response:
         return await self._interval(request, "autoarchive")
 
     # ------------------------------------------------------------------ toolbox operations

@@ -193,3 +193,16 @@ def test_interval_refusals_are_the_apis(served: EmulatorServer, daytona: Daytona
     gpu = httpx.post(f"{served.url}/api/sandbox", json={"gpu": 1, "autoDeleteInterval": 0}, headers=HEADERS).json()
     kept = _interval(served, gpu["id"], "autodelete", "5")
     assert (kept.status_code, kept.json()["message"]) == (400, "GPU sandboxes must remain ephemeral")
+
+
+def test_the_interval_routes_answer_201_as_nest_answers_a_post(served: EmulatorServer, daytona: Daytona) -> None:
+    """No ``@HttpCode`` on the autostop, autoarchive and autodelete routes: NestJS's 201 for a POST, with the
+    Sandbox; the SDK's setters take it."""
+    sandbox = daytona.create()
+    for which in ("autostop", "autoarchive", "autodelete"):
+        answer = _interval(served, sandbox.id, which, "30")
+        assert answer.status_code == 201, which
+        assert SandboxModel.from_dict(answer.json()) is not None
+    sandbox.set_autostop_interval(20)
+    sandbox.set_auto_delete_interval(40)
+    assert (daytona.get(sandbox.id).auto_stop_interval, daytona.get(sandbox.id).auto_delete_interval) == (20, 40)

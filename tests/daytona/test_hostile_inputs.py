@@ -102,8 +102,8 @@ def test_an_interval_in_the_path_is_checked_as_the_api_checks_it(
     passes the API's pipe and fails in its database (500)."""
     sid = _sandbox(client)
     assert client.post(f"/api/sandbox/{sid}/{which}/{raw}").status_code == status
-    assert client.post(f"/api/sandbox/{sid}/autodelete/-1").status_code == 200  # never: a value autodelete takes
-    assert client.post(f"/api/sandbox/{sid}/autostop/0").status_code == 200
+    assert client.post(f"/api/sandbox/{sid}/autodelete/-1").status_code == 201  # never: a value autodelete takes
+    assert client.post(f"/api/sandbox/{sid}/autostop/0").status_code == 201
 
 
 def test_a_command_over_the_kernels_argument_limit_runs(client: httpx.Client) -> None:

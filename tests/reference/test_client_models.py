@@ -104,7 +104,7 @@ def test_control_plane_answers_parse(client: httpx.Client) -> None:
     labels = SandboxLabels.from_dict(_json(client.put(f"/api/sandbox/{sid}/labels", json={"labels": {"k": "v"}})))
     assert labels is not None and labels.labels == {"k": "v"}
     for setting in ("autostop", "autodelete", "autoarchive"):
-        assert Sandbox.from_dict(_json(client.post(f"/api/sandbox/{sid}/{setting}/7"))) is not None
+        assert Sandbox.from_dict(_json(client.post(f"/api/sandbox/{sid}/{setting}/7"), 201)) is not None
     stopped = Sandbox.from_dict(_json(client.post(f"/api/sandbox/{sid}/stop")))
     started = Sandbox.from_dict(_json(client.post(f"/api/sandbox/{sid}/start")))
     assert stopped is not None and started is not None and (stopped.state, started.state) == ("stopped", "started")
