@@ -384,7 +384,8 @@ class SandboxStore:
 
     def stop(self, id_or_name: str) -> Sandbox:
         """The API's ``stop``: an errored sandbox 400; one between states 409; one not started (stopped already)
-        400; a started one stopped."""
+        400; a started one stopped, or, ephemeral (``autoDeleteInterval`` 0), soft-deleted as :meth:`delete` does it
+        and answered alike (the API's ``stop`` applies ``getSoftDeleteUpdate`` to an ephemeral sandbox)."""
         with self._lock:
             sandbox = self.get(id_or_name)
             _assert_not_errored(sandbox)
@@ -392,6 +393,8 @@ class SandboxStore:
                 raise ApiError(409, _STATE_CHANGE_IN_PROGRESS)
             if sandbox.state not in ("started", "paused"):
                 raise ApiError(400, "Sandbox is not in a stoppable state")
+            if sandbox.auto_delete_interval == 0:
+                return self._soft_delete_locked(sandbox)
             self._stop_locked(sandbox, self._now())
             return sandbox
 
@@ -416,16 +419,21 @@ class SandboxStore:
             sandbox = self.get(id_or_name)
             if sandbox.state != sandbox.desired_state and sandbox.state not in ("error", "build_failed"):
                 raise ApiError(409, _STATE_CHANGE_IN_PROGRESS)
-            renamed = f"DESTROYED_{sandbox.name}_{time.time_ns() // 1_000_000}"
-            if self.config.destroy_latency > 0:  # found and listed as the API has it until the teardown
-                sandbox.desired_state = "destroyed"
-                sandbox.name = renamed
-                sandbox.teardown_at = self._now() + self.config.destroy_latency
-                self._touch(sandbox)
-                return replace(sandbox)
-            answer = replace(sandbox, desired_state="destroyed", name=renamed, updated_at=now_iso())
-            self._destroy_locked(sandbox)
-            return answer
+            return self._soft_delete_locked(sandbox)
+
+    def _soft_delete_locked(self, sandbox: Sandbox) -> Sandbox:
+        """The API's soft delete of ``sandbox`` and the copy of it to answer: its state as it was, ``desiredState``
+        destroyed, renamed; torn down now, or after ``destroy_latency``."""
+        renamed = f"DESTROYED_{sandbox.name}_{time.time_ns() // 1_000_000}"
+        if self.config.destroy_latency > 0:  # found and listed as the API has it until the teardown
+            sandbox.desired_state = "destroyed"
+            sandbox.name = renamed
+            sandbox.teardown_at = self._now() + self.config.destroy_latency
+            self._touch(sandbox)
+            return replace(sandbox)
+        answer = replace(sandbox, desired_state="destroyed", name=renamed, updated_at=now_iso())
+        self._destroy_locked(sandbox)
+        return answer
 
     def discard(self, sandbox_id: str) -> None:
         """Tear a sandbox down whatever its state (a creation that failed half-way), without the API's rules."""

@@ -3,6 +3,7 @@ the statuses the API's controller gives them."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 
 import httpx
@@ -206,3 +207,35 @@ def test_the_interval_routes_answer_201_as_nest_answers_a_post(served: EmulatorS
     sandbox.set_autostop_interval(20)
     sandbox.set_auto_delete_interval(40)
     assert (daytona.get(sandbox.id).auto_stop_interval, daytona.get(sandbox.id).auto_delete_interval) == (20, 40)
+
+
+def test_stopping_an_ephemeral_sandbox_soft_deletes_it(served: EmulatorServer, daytona: Daytona) -> None:
+    """The API's ``stop`` of an ephemeral sandbox (auto-delete 0) is its soft delete: the answer keeps the state,
+    ``desiredState`` is destroyed and the name ``DESTROYED_<name>_<epoch ms>``; the sandbox is gone after."""
+    made = httpx.post(
+        f"{served.url}/api/sandbox", json={"name": "eph", "autoDeleteInterval": 0}, headers=HEADERS
+    ).json()
+    answer = httpx.post(f"{served.url}/api/sandbox/{made['id']}/stop", headers=HEADERS)
+    assert answer.status_code == 200
+    gone = answer.json()
+    assert (gone["state"], gone["desiredState"]) == ("started", "destroyed")
+    assert re.fullmatch(r"DESTROYED_eph_\d{13}", gone["name"]), gone["name"]
+    assert httpx.get(f"{served.url}/api/sandbox/{made['id']}", headers=HEADERS).status_code == 404
+    sandbox = daytona.create(CreateSandboxFromSnapshotParams(ephemeral=True))
+    sandbox.stop()  # waits for stopped or destroyed: the 404 after counts as destroyed
+    assert sandbox.state == SandboxState.DESTROYED
+    assert served.emulator.daytona.store.alive() == 0
+
+
+def test_an_ephemeral_sandbox_stopped_with_a_destroy_latency_stays_until_its_teardown(clock: SteppedClock) -> None:
+    config = EmulatedDaytona(api_key=KEY, destroy_latency=5)
+    with EmulatorServer(Emulator(EmulatorConfig(daytona=config), clock=clock)) as server:
+        made = httpx.post(f"{server.url}/sandbox", json={"autoDeleteInterval": 0}, headers=HEADERS).json()
+        url = f"{server.url}/sandbox/{made['id']}"
+        answer = httpx.post(url + "/stop", headers=HEADERS).json()
+        found = httpx.get(url, headers=HEADERS).json()
+        assert (found["state"], found["desiredState"], found["name"]) == ("started", "destroyed", answer["name"])
+        again = httpx.post(url + "/stop", headers=HEADERS)
+        assert (again.status_code, again.json()["message"]) == (409, "Sandbox state change in progress")
+        clock.now += 5
+        assert httpx.get(url, headers=HEADERS).status_code == 404
