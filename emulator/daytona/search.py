@@ -322,13 +322,25 @@ def sort_value(sandbox: Sandbox, field: str) -> SortValue | None:
 
 
 def _labels_filter(raw: str) -> Any:
+    """The ``labels`` query's JSON, or None where the API filters nothing: its search parses the query and both its
+    adapters filter only ``if (filters.labels)``, so a value JavaScript takes for false (``null``, ``false``, ``0``,
+    ``""``) lists every sandbox; ``{}`` and ``[]`` are true there."""
+
     def refuse(constant: str) -> Any:
         raise ValueError(constant)  # JSON.parse knows no NaN or Infinity
 
     try:
-        return json.loads(raw, parse_constant=refuse)
+        wanted = json.loads(raw, parse_constant=refuse)
     except (ValueError, RecursionError):
         raise ApiError(400, "Invalid labels JSON format") from None
+    return wanted if _js_truthy(wanted) else None
+
+
+def _js_truthy(value: Any) -> bool:
+    """Whether JavaScript takes a parsed JSON value for true (an empty object or array is)."""
+    if value is None or value is False or value == "":
+        return False
+    return not (isinstance(value, int | float) and not isinstance(value, bool) and value == 0)
 
 
 def _contains(labels: dict[str, str], wanted: Any) -> bool:
@@ -423,7 +435,7 @@ def _matches(sandbox: Sandbox, query: SearchQuery, labels: Any) -> bool:
         return False
     if query.name and not sandbox.name.lower().startswith(query.name.lower()):
         return False
-    if query.labels and not _contains(sandbox.labels, labels):
+    if labels is not None and not _contains(sandbox.labels, labels):
         return False
     if query.snapshots is not None and sandbox.snapshot not in query.snapshots:
         return False

@@ -133,6 +133,10 @@ def test_sdk_label_containment(client: httpx.Client, store: SandboxStore, sdk: D
     assert set(_ids(client, {"labels": "{}"})) == {both, only_a, other_a}
     assert _ids(client, {"labels": "[]"}) == []
     assert _ids(client, {"labels": '{"a": 1}'}) == []
+    assert _ids(client, {"labels": "1"}) == []
+    # The API filters only ``if (filters.labels)``: JSON that JavaScript takes for false filters nothing.
+    for falsy in ("null", "false", "0", "-0.0", '""'):
+        assert set(_ids(client, {"labels": falsy})) == {both, only_a, other_a}, falsy
 
 
 def test_sdk_states_filter(client: httpx.Client, store: SandboxStore, sdk: Daytona) -> None:
