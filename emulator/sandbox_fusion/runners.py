@@ -162,6 +162,17 @@ def collect_files(workdir: Workdir | DeferredWorkdir, names: list[str]) -> dict[
     return fetched
 
 
+def _stdin_bytes(stdin: str | None) -> bytes | None:
+    """The bytes written to the program's stdin. A text UTF-8 cannot encode (a lone surrogate) gives the program an
+    empty, closed stdin: the real server catches the failed write, only logs it, and closes the pipe."""
+    if stdin is None:
+        return None
+    try:
+        return stdin.encode()
+    except UnicodeEncodeError:
+        return b""
+
+
 class CodeRunner:
     """Runs a validated :class:`RunCodeRequest` for real and builds the response the real server would send."""
 
@@ -271,7 +282,7 @@ class CodeRunner:
                         argv=argv,
                         cwd=workdir.path,
                         timeout=request.run_timeout,
-                        stdin=request.stdin.encode() if request.stdin is not None else None,
+                        stdin=_stdin_bytes(request.stdin),
                         memory_limit_mb=request.memory_limit_MB,
                         extra_env=env,
                         python_script=code_path if is_python else None,

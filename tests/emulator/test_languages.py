@@ -39,6 +39,20 @@ def test_bash_reads_stdin_and_files(sandbox_fusion_url: str) -> None:
     assert body["files"] == {"out.txt": "ZG9uZQo="}
 
 
+@pytest.mark.parametrize(
+    ("language", "code", "stdout"),
+    [("python", "import sys; print(repr(sys.stdin.read()))", "''\n"), ("bash", "cat; echo end", "end\n")],
+)
+def test_stdin_utf8_cannot_encode_is_an_empty_stdin(
+    sandbox_fusion_url: str, language: str, code: str, stdout: str
+) -> None:
+    """A lone surrogate in ``stdin``: the real server's write fails, is only logged, and the pipe is closed, so the
+    program runs and reads EOF (no SandboxError)."""
+    body = _run(sandbox_fusion_url, language, code, stdin="ab\ud800")
+    assert body["status"] == "Success", body
+    assert body["run_result"]["stdout"] == stdout  # type: ignore[index]
+
+
 MISSING_CANDIDATES = [
     ("go", "go", 'package main\nfunc main() { println("hi") }'),
     ("D_ut", "dmd", "void main() {}"),
