@@ -22,7 +22,7 @@ from .holders import HOLDERS
 from .model import ExecutionRequest, ExecutionResult, ExecutorConfig
 from .sweep import sweep_uid_async
 from .trees import chown_tree
-from .workdir import DeferredWorkdir, Workdir
+from .workdir import DeferredWorkdir, Workdir, planned_fetch
 from .zygote import Pending, Zygote, ZygoteLost
 
 _log = logging.getLogger(__name__)
@@ -582,9 +582,13 @@ class Executor:
             request = dataclasses.replace(request, timeout=_LONGEST_TIMEOUT_S)
         if not request.timeout > 0:  # NaN too
             # The real server's wait_for(timeout=0) (or NaN) gives up at once.
+            # Its files are restored before the program starts, and fetched after the timeout as after any end.
             t0 = time.monotonic()
             await asyncio.sleep(0)
-            return ExecutionResult("TimeLimitExceeded", time.monotonic() - t0, None, "", "")
+            files = None if request.setup is None else planned_fetch(request.setup)
+            return ExecutionResult(
+                "TimeLimitExceeded", time.monotonic() - t0, None, "", "", files, workdir_removed=files is not None
+            )
         gate = await self._take_start_gate()
         if gate is None:
             return await self._run(request, None)

@@ -38,6 +38,28 @@ def _real_root(root: str) -> str:
     return real
 
 
+#: The most bytes of fetched files one run returns (the zygote's own bound, ``zygote_main._FETCH_LIMIT``).
+FETCH_LIMIT = 1 << 30
+
+
+def planned_fetch(setup: WorkdirSetup) -> dict[str, bytes]:
+    """What fetching ``setup.fetch`` would read from the dir ``setup`` describes, had it been made: its files, found
+    without touching the disk. For a run that ends before its dir is made (a timeout of 0), whose restored files the
+    real server still returns: it restores them before it starts the program, and fetches after a timeout too."""
+    real = setup.real_path or os.path.join(os.path.realpath(os.path.dirname(setup.path)), os.path.basename(setup.path))
+    contents = {target: data for target, data, _exclusive in setup.files}
+    fetched: dict[str, bytes] = {}
+    room = FETCH_LIMIT
+    for rel in setup.fetch:
+        if rel in fetched or not rel or os.path.isabs(rel) or "\0" in rel:
+            continue
+        data = contents.get(os.path.normpath(os.path.join(real, rel)))  # nothing in the dir is a link yet
+        if data is not None and len(data) <= room:
+            room -= len(data)
+            fetched[rel] = data
+    return fetched
+
+
 class Workdir:
     """A fresh ``/tmp/tmpXXXXXXXX`` dir owned by the sandbox uid; removed on exit.
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -88,3 +89,19 @@ def test_an_infinite_run_timeout_lets_the_program_end(sandbox_emulator: Emulator
     body = b'{"code": "print(1)", "language": "python", "run_timeout": NaN}'
     answer = requests.post(sandbox_emulator.run_code_url, data=body, timeout=30).json()
     assert answer["run_result"]["status"] == "TimeLimitExceeded", answer
+
+
+@pytest.mark.parametrize("language", ["python", "bash"])
+@pytest.mark.parametrize("timeout", [b"0", b"-1", b"NaN"])
+def test_a_run_given_no_time_still_returns_its_restored_files(
+    sandbox_emulator: EmulatorServer, language: str, timeout: bytes
+) -> None:
+    """The real server restores ``files``, times the program out at once, then fetches as after any run: the
+    restored files come back (a compiled language's did already)."""
+    body = (
+        b'{"code": "echo 1", "language": "' + language.encode() + b'", "run_timeout": ' + timeout + b", "
+        b'"files": {"a.txt": "aGk=", "d/b.txt": "eA=="}, "fetch_files": ["a.txt", "./d/b.txt", "missing", "d"]}'
+    )
+    answer = requests.post(sandbox_emulator.run_code_url, data=body, timeout=30).json()
+    assert answer["run_result"]["status"] == "TimeLimitExceeded", answer
+    assert answer["files"] == {"a.txt": "aGk=", "./d/b.txt": "eA=="}
