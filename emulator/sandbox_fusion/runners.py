@@ -9,6 +9,7 @@ return code 127). ``sql`` has no runner on the real server: the KeyError becomes
 from __future__ import annotations
 
 import base64
+import errno
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -144,11 +145,21 @@ def to_command_result(result: ExecutionResult, command: str) -> CommandRunResult
     return CommandRunResult.model_validate(command_payload(result, command))
 
 
+def _names_a_directory(name: str) -> bool:
+    """Whether upstream's ``open(os.path.join(dir, name), "wb")``, after it made the parent dir, opens a directory:
+    an empty name, one ending in ``/``, ``.`` or ``..`` (``"a/"``, ``"."``, ``"sub/.."``)."""
+    return "\0" not in name and os.path.basename(name) in ("", ".", "..")
+
+
 def restore_files(workdir: Workdir | DeferredWorkdir, files: dict[str, str | None]) -> None:
-    """Write the request's base64 files; ``None`` values and IGNORE_THIS_FILE names are skipped, as upstream."""
+    """Write the request's base64 files; ``None`` values and IGNORE_THIS_FILE names are skipped, as upstream.
+
+    A name that names a directory raises upstream's IsADirectoryError, its path joined as upstream joins it."""
     for name, content in files.items():
         if not isinstance(content, str) or "IGNORE_THIS_FILE" in name:
             continue
+        if _names_a_directory(name):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.path.join(workdir.path, name))
         workdir.write_file(name, base64.b64decode(content))
 
 

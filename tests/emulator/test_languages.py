@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -89,3 +90,16 @@ def test_path_escaping_files_are_refused(sandbox_fusion_url: str) -> None:
     body = _run(sandbox_fusion_url, "python", "print(1)", files={"../escape.txt": "eA=="})
     assert body["status"] == "SandboxError"
     assert body["run_result"] is None
+
+
+@pytest.mark.parametrize("name", ["a/", "", ".", "sub/..", "../"])
+@pytest.mark.parametrize("language", ["python", "bash"])
+def test_a_file_name_naming_a_directory_is_upstreams_error(sandbox_fusion_url: str, language: str, name: str) -> None:
+    """Upstream makes the name's parent dir, then opens the name for writing: a directory, IsADirectoryError, which
+    its runner answers as a SandboxError quoting the joined path."""
+    body = _run(sandbox_fusion_url, language, "echo 1", files={"ok.txt": "eA==", name: "aGk="})
+    assert (body["status"], body["run_result"], body["files"]) == ("SandboxError", None, {}), body
+    pattern = r"exception on running code echo 1: \[Errno 21\] Is a directory: '/\S*/tmp\w{8}/(.*)' None"
+    match = re.fullmatch(pattern, str(body["message"]))
+    assert match is not None, body["message"]
+    assert match.group(1) == name
