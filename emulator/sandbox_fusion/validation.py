@@ -3,7 +3,9 @@
 The real server is FastAPI 0.103 on pydantic 2.6. We validate by hand rather than through FastAPI's body
 machinery so the answers stay identical whatever FastAPI and pydantic versions the emulator is installed with:
 error ``url`` fields name pydantic 2.6, a body that is not JSON-typed is validated as raw text (as FastAPI 0.103
-did), and malformed JSON gives ``json_invalid`` with the character position.
+did), and malformed JSON gives ``json_invalid`` with the character position. A 422 the real server cannot render
+(a NaN or an infinity in an echoed ``input``, a non-JSON-typed body that is not UTF-8) raises here as it raises
+there, for the server-error answer (500).
 """
 
 from __future__ import annotations
@@ -53,16 +55,25 @@ def _is_json_content_type(value: str | None) -> bool:
     return subtype == "json" or subtype.endswith("+json")
 
 
+#: What Python's json (3.11, the real server's) raises for a NaN or an infinity under ``allow_nan=False``; fixed here,
+#: since later Pythons add the value to the message.
+OUT_OF_RANGE_FLOAT = "Out of range float values are not JSON compliant"
+
+
 def _jsonable(value: Any) -> Any:
-    """Make a pydantic error field JSON-safe the way FastAPI's encoder would."""
+    """Make a pydantic error field JSON-safe the way FastAPI 0.103's encoder does, failing where the real server fails.
+
+    Its ``jsonable_encoder`` decodes bytes strictly (a body that is not UTF-8, sent with a non-JSON type, raises
+    UnicodeDecodeError) and keeps NaN and the infinities, which its JSONResponse then refuses (``allow_nan=False``):
+    either exception escapes the 422 handler, and the global handler answers 500 with its message."""
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_jsonable(v) for v in value]
     if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
+        return value.decode("utf-8")
     if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # NaN and Infinity parse from JSON but cannot be written back
+        raise ValueError(OUT_OF_RANGE_FLOAT)
     if value is None or isinstance(value, str | int | float | bool):
         return value
     return str(value)

@@ -1,5 +1,6 @@
 """Bad input never crashes the server: generated bodies get a valid answer (200 with a run status), a 422, or, for a
-JSON body that cannot be decoded as text, FastAPI's 400."""
+JSON body that cannot be decoded as text, FastAPI's 400; a 422 the real server cannot render (a non-finite number in
+an echoed input, a non-JSON-typed body that is not UTF-8) is its global handler's 500, as there."""
 
 from __future__ import annotations
 
@@ -38,10 +39,11 @@ FIELDS: dict[str, Any] = {
     "extra": JSON_VALUES,
 }
 OBJECT_BODIES = st.fixed_dictionaries({}, optional=FIELDS).map(lambda d: json.dumps(d).encode())
-# Python's json (on both sides) also reads the non-standard literals NaN and Infinity.
-NON_FINITE = st.sampled_from(
-    [b'{"code": "print(1)", "language": "python", "run_timeout": NaN}', b'{"code": Infinity, "language": "python"}']
-)
+# Python's json (on both sides) also reads the non-standard literals NaN and Infinity: a valid request runs, an invalid
+# one echoes the number in its 422, which FastAPI 0.103's JSONResponse (allow_nan=False) cannot write.
+NON_FINITE_VALID = b'{"code": "print(1)", "language": "python", "run_timeout": NaN}'
+NON_FINITE = st.sampled_from([NON_FINITE_VALID, b'{"code": Infinity, "language": "python"}'])
+OUT_OF_RANGE = "Out of range float values are not JSON compliant"
 BODIES = OBJECT_BODIES | st.binary(max_size=120) | JSON_VALUES.map(lambda v: json.dumps(v).encode()) | NON_FINITE
 CONTENT_TYPES = st.sampled_from(["application/json", "text/plain", "application/problem+json", None])
 
@@ -53,6 +55,11 @@ def test_generated_bodies_get_a_valid_answer(
 ) -> None:
     headers = {"Content-Type": content_type} if content_type else {}
     answer = requests.post(sandbox_emulator.run_code_url, data=body, headers=headers, timeout=30)
+    expected = _server_error(body, content_type)
+    if expected is not None:
+        assert answer.status_code == 500, answer.text[:300]
+        assert answer.json()["detail"] == expected
+        return
     assert answer.status_code in (200, 400, 422), answer.text[:300]
     payload = answer.json()
     if answer.status_code == 400:  # bytes json.loads cannot decode (not UTF-8, or nested past its depth)
@@ -64,6 +71,58 @@ def test_generated_bodies_get_a_valid_answer(
     else:
         assert isinstance(payload["detail"], list) and payload["detail"]
         assert all({"type", "loc", "msg"} <= set(entry) for entry in payload["detail"])
+
+
+def _server_error(body: bytes, content_type: str | None) -> str | None:
+    """The detail of the real server's 500 for a generated body, None when it answers otherwise."""
+    if body in (b"", NON_FINITE_VALID):
+        return None
+    if content_type is not None and "json" not in content_type:  # validated as text, which the encoder decodes
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return str(exc)
+        return None
+    return OUT_OF_RANGE if body.startswith(b'{"code": Infinity') else None
+
+
+UNRENDERABLE = [
+    ("/run_code", b'{"language": "python", "run_timeout": NaN}', "application/json", OUT_OF_RANGE),
+    ("/run_code", b'{"code": Infinity, "language": "python"}', "application/json", OUT_OF_RANGE),
+    ("/run_code", b'{"code": "x", "language": "python", "memory_limit_MB": -Infinity}', None, OUT_OF_RANGE),
+    ("/run_code", b'{"code": 1e400, "language": "python"}', "application/json", OUT_OF_RANGE),
+    ("/run_code", b'{"language": "cobol", "extra": [NaN]}', "application/json", OUT_OF_RANGE),
+    ("/run_jupyter", b'{"cells": [NaN]}', "application/json", OUT_OF_RANGE),
+    ("/run_code", b"\xff\xfe{", "text/plain", "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte"),
+    ("/run_jupyter", b"\xff", "text/plain", "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "content_type", "detail"), UNRENDERABLE)
+def test_a_422_the_real_server_cannot_render_is_its_500(
+    sandbox_emulator: EmulatorServer, path: str, body: bytes, content_type: str | None, detail: str
+) -> None:
+    """FastAPI 0.103's 422 handler encodes the errors (bytes decoded strictly) and answers with ``allow_nan=False``:
+    either raises, and the global handler answers 500 with the message and the traceback's lines."""
+    headers = {"Content-Type": content_type} if content_type else {}
+    answer = requests.post(sandbox_emulator.url + path, data=body, headers=headers, timeout=30)
+    assert answer.status_code == 500, answer.text[:300]
+    payload = answer.json()
+    assert set(payload) == {"detail", "traceback"}
+    assert payload["detail"] == detail
+    assert payload["traceback"][0] == "Traceback (most recent call last):" and payload["traceback"][-1] == ""
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"), [(b'{"code": "x", "language": "python", "total": NaN}', None), (b"{}", "text/plain")]
+)
+def test_a_422_without_a_non_finite_input_or_bad_text_is_still_a_422(
+    sandbox_emulator: EmulatorServer, body: bytes, content_type: str | None
+) -> None:
+    """A NaN in an extra field is never echoed (the request is valid: 200); UTF-8 text is echoed as a string."""
+    headers = {"Content-Type": content_type} if content_type else {}
+    answer = requests.post(sandbox_emulator.run_code_url, data=body, headers=headers, timeout=30)
+    assert answer.status_code == (422 if content_type else 200), answer.text[:300]
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
