@@ -1,9 +1,12 @@
 """Turn raw request bytes into a model, or into the exact 422 ``detail`` the real server answers.
 
 The real server is FastAPI 0.103 on pydantic 2.6. We validate by hand rather than through FastAPI's body
-machinery so the answers stay identical whatever FastAPI and pydantic versions the emulator is installed with:
+machinery so that the answers are 2.6's whatever FastAPI and pydantic versions the emulator is installed with:
 error ``url`` fields name pydantic 2.6, a body that is not JSON-typed is validated as raw text (as FastAPI 0.103
-did), and malformed JSON gives ``json_invalid`` with the character position. A 422 the real server cannot render
+did), malformed JSON gives ``json_invalid`` with the character position, and a string in a numeric field is read
+by 2.6's rules (:mod:`numeric_strings`; later versions strip whitespace around it). Other answers come from the
+installed pydantic: the same as 2.6's for these models where compared, but a later version that changed an
+error's ``msg`` would show it. A 422 the real server cannot render
 (a NaN or an infinity in an echoed ``input``, a non-JSON-typed body that is not UTF-8) raises here as it raises
 there, for the server-error answer (500).
 """
@@ -18,6 +21,14 @@ from email.message import Message
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
+
+from emulator.sandbox_fusion.numeric_strings import (
+    FLOAT_PARSING,
+    INT_PARSING,
+    INT_PARSING_SIZE,
+    parse_float,
+    parse_int,
+)
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -79,12 +90,44 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def _error_entry(error: Any) -> dict[str, Any]:
+#: A string every pydantic version refuses with each of these errors: it stands in for a string 2.6 refuses.
+_REFUSED_AS = {FLOAT_PARSING: "x", INT_PARSING: "x", INT_PARSING_SIZE: "1" * 4301}
+
+
+@functools.cache
+def _numeric_fields(model: type[BaseModel]) -> dict[str, bool]:
+    """The model's int and float fields: name -> whether it is an int."""
+    return {name: f.annotation is int for name, f in model.model_fields.items() if f.annotation in (int, float)}
+
+
+def _as_pydantic_26(model: type[BaseModel], payload: Any) -> tuple[Any, dict[str, str]]:
+    """The payload with each string in a numeric field replaced by what pydantic 2.6 reads from it (a number, or a
+    string any version refuses with 2.6's error), and the replaced strings by field name (for the errors' inputs)."""
+    if not isinstance(payload, dict):
+        return payload, {}
+    replaced: dict[str, str] = {}
+    read: dict[str, Any] = {}
+    for name, is_int in _numeric_fields(model).items():
+        text = payload.get(name)
+        if isinstance(text, str):
+            value = parse_int(text) if is_int else parse_float(text)
+            read[name] = _REFUSED_AS[value] if isinstance(value, str) else value
+            replaced[name] = text
+    return ({**payload, **read} if read else payload), replaced
+
+
+def _error_entry(error: Any, payload: Any, sent: Any, replaced: dict[str, str]) -> dict[str, Any]:
+    """One error as FastAPI lists it; the inputs that were replaced for validation are given back as received."""
+    value = error["input"]
+    if value is sent:  # a missing field's error echoes the whole body
+        value = payload
+    elif len(error["loc"]) == 1 and error["loc"][0] in replaced:
+        value = replaced[error["loc"][0]]
     entry: dict[str, Any] = {
         "type": error["type"],
         "loc": ["body", *error["loc"]],
         "msg": error["msg"],
-        "input": _jsonable(error["input"]),
+        "input": _jsonable(value),
     }
     if "ctx" in error:
         entry["ctx"] = _jsonable(error["ctx"])
@@ -133,7 +176,9 @@ def parse_body(model: type[ModelT], body: bytes, content_type: str | None) -> Mo
         if not body:
             raise RequestInvalid(_missing_body())
         payload = body
+    sent, replaced = _as_pydantic_26(model, payload)
     try:
-        return model.model_validate(payload, from_attributes=True)
+        return model.model_validate(sent, from_attributes=True)
     except ValidationError as exc:
-        raise RequestInvalid([_error_entry(e) for e in exc.errors(include_url=True)]) from None
+        errors = exc.errors(include_url=True)
+        raise RequestInvalid([_error_entry(e, payload, sent, replaced) for e in errors]) from None
