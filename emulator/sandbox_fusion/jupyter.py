@@ -7,15 +7,21 @@ that does not finish within ``total_timeout`` plus ten seconds gives ``Failed`` 
 
 The kernel is IPython's shell as ipykernel sets it up, when the runtime Python has IPython (engine ``auto`` or
 ``ipython``), or plain Python (``python``, or ``auto`` without IPython); see ``jupyter_driver.py``.
+
+The work dir (the kernel's cwd) is laid out as upstream's: the request's files, the driver as ``main.py`` (over a
+file of that name), its config in ``tmp/sandbox/configs/input.json`` and its results in ``output.json`` there, which
+is fetched for the driver and left out of the answer's files.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from importlib import resources
 
 from emulator.executor import ExecutionRequest, Executor
+from emulator.sandbox_fusion.jupyter_driver import ENGINE_VARIABLE, INPUT_FILE, OUTPUT_FILE
 from emulator.sandbox_fusion.models import (
     CellRunResult,
     CommandRunStatus,
@@ -30,6 +36,23 @@ _DRIVER_GRACE_S = 10.0
 #: How cells run: IPython's shell as ipykernel drives it, plain Python, or IPython where the runtime has it.
 JUPYTER_ENGINES = ("auto", "ipython", "python")
 _DRIVER_SOURCE = resources.files("emulator.sandbox_fusion").joinpath("jupyter_driver.py").read_bytes()
+#: Upstream's name for its driver, in the work dir.
+DRIVER_FILE = "main.py"
+
+
+def _config_dir_error(path: str, names: list[str]) -> OSError | None:
+    """What upstream's ``os.makedirs`` of the config dir (no ``exist_ok``) raises after the request's files were
+    written: the dir exists when a file was written in it, and a file where one of its parents goes is no dir."""
+    parts = os.path.dirname(INPUT_FILE).split("/")
+    written = {os.path.normpath(name) for name in names if "IGNORE_THIS_FILE" not in name}
+    for depth in range(1, len(parts) + 1):
+        here = "/".join(parts[:depth])
+        if here in written and depth < len(parts):
+            return NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), os.path.join(path, here, parts[depth]))
+    config_dir = "/".join(parts)
+    if any(name == config_dir or name.startswith(config_dir + "/") for name in written):
+        return FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.path.join(path, config_dir))
+    return None
 
 
 class JupyterRunner:
@@ -51,17 +74,19 @@ class JupyterRunner:
             # One program in the dir: the sandbox creates it, its files and removes it.
             with self._executor.deferred_workdir() as workdir:
                 restore_files(workdir, dict(request.files))
+                workdir.write_file(DRIVER_FILE, _DRIVER_SOURCE)
+                script = os.path.join(workdir.path, DRIVER_FILE)
+                failed = _config_dir_error(workdir.path, list(request.files))
+                if failed is not None:
+                    raise failed
                 config = {
                     "kernel": request.kernel,
                     "cells": request.cells,
                     "cell_timeout": float(request.cell_timeout),
                     "total_timeout": float(request.total_timeout),
-                    "engine": self._engine,  # the driver takes it out before it prints the config
                 }
-                workdir.write_file("config.json", json.dumps(config).encode())
-                script = workdir.new_script(".py")
-                workdir.write_file(os.path.basename(script), _DRIVER_SOURCE)
-                workdir.fetch = ["cells.json", *request.fetch_files]
+                workdir.write_file(INPUT_FILE, json.dumps(config, indent=2).encode())  # as upstream writes it
+                workdir.fetch = [OUTPUT_FILE, *request.fetch_files]
                 result = await self._executor.run(
                     ExecutionRequest(
                         argv=[self._python, script],
@@ -69,7 +94,7 @@ class JupyterRunner:
                         # As upstream: the driver gets ten seconds more than total_timeout, and no memory limit
                         # (the request's memory_limit_MB never reaches its command).
                         timeout=request.total_timeout + _DRIVER_GRACE_S,
-                        extra_env={"PATH": self._path},
+                        extra_env={"PATH": self._path, ENGINE_VARIABLE: self._engine},
                         python_script=script,
                         setup=workdir.setup(),
                     )
@@ -80,10 +105,12 @@ class JupyterRunner:
                 if driver.status != CommandRunStatus.Finished or driver.return_code != 0:
                     response.status = RunStatus.Failed
                     return response
-                raw = workdir.read_file("cells.json")
-                cells = json.loads(raw) if raw else []
+                raw = workdir.read_file(OUTPUT_FILE)
+                cells = json.loads(raw)["cells"] if raw else []
                 response.cells = [CellRunResult.model_validate(c) for c in cells]
-                response.files = collect_files(workdir, request.fetch_files)
+                files = collect_files(workdir, request.fetch_files)
+                files.pop(OUTPUT_FILE, None)  # upstream takes its output out of the fetched files
+                response.files = files
         except Exception as exc:  # as upstream: any exception is a SandboxError answer, HTTP 200
             response.status = RunStatus.SandboxError
             response.message = f"exception on running jupyter {code_repr}: {exc} None"

@@ -1,9 +1,13 @@
 """Driver for /run_jupyter: runs the request's cells in order in one kernel and reports each cell's output.
 
-Runs under the runtime interpreter as a standalone script (it imports nothing from the emulator). Reads the
-request config from ``config.json`` next to it, prints ``config:`` and the config as the real driver does, and writes
-the per-cell results to ``cells.json``: per cell stdout, stderr, ``display`` (the MIME bundles of ``display()`` and
-of a trailing expression's value) and ``error`` (``traceback``, ``ename``, ``evalue``).
+Runs under the runtime interpreter as a standalone script (it imports nothing from the emulator), as ``main.py`` in
+the work dir, which is the kernel's cwd, laid out as upstream's: the request config in
+``tmp/sandbox/configs/input.json`` (upstream's contents), the results in ``tmp/sandbox/configs/output.json``. It
+prints ``config:`` and the config as the real driver does, and writes per cell stdout, stderr, ``display`` (the MIME
+bundles of ``display()`` and of a trailing expression's value) and ``error`` (``traceback``, ``ename``, ``evalue``).
+The engine comes in an environment variable that it removes before any cell runs; IPython's own dir is
+``tmp/sandbox/.ipython`` (the work dir is ``$HOME``, and ``~/.ipython`` would be one more entry beside the user's
+files).
 
 The real driver starts an IPython kernel (ipykernel) and sends it each cell. Here, with the ``ipython`` engine, the
 cells run in IPython's own shell in a process the driver forks (the kernel), set up the way ipykernel sets up its
@@ -58,6 +62,13 @@ KERNEL_ENV = {
 CELL_HASH_SEED = 0xC70F6907
 #: The real driver checks its kernel with this cell first, so the request's cells are In[2], In[3], ...
 HEALTH_CHECK = "print(123)"
+#: Upstream's config and output files, relative to the driver (the emulator's ``jupyter.py`` names the same).
+INPUT_FILE = "tmp/sandbox/configs/input.json"
+OUTPUT_FILE = "tmp/sandbox/configs/output.json"
+#: IPython's dir (profiles), beside upstream's configs rather than in ``$HOME``, the work dir itself.
+IPYTHON_DIR = "tmp/sandbox/.ipython"
+#: The environment variable the engine comes in (removed before any cell runs).
+ENGINE_VARIABLE = "SANDBOX_EMULATOR_JUPYTER_ENGINE"
 
 
 def murmur2(data: bytes, seed: int) -> int:
@@ -167,7 +178,7 @@ def write_results(results: list[dict[str, Any]], results_path: str) -> None:
     """The cells' results, as the driver writes its output file (its directory made again if a cell removed it)."""
     os.makedirs(os.path.dirname(results_path), exist_ok=True)
     with open(results_path, "w") as f:
-        json.dump(_json_ready(results), f)
+        json.dump({"status": "Finished", "cells": _json_ready(results)}, f)
 
 
 # --------------------------------------------------------------------------- IPython, as ipykernel drives it
@@ -418,6 +429,7 @@ def _make_shell(mods: dict[str, ModuleType], cell: dict[str, Any]) -> Any:
     config = mods["config"].Config()
     config.HistoryManager.enabled = False
     shell = KernelShell.instance(
+        ipython_dir=os.path.join(os.path.dirname(os.path.abspath(__file__)), IPYTHON_DIR),
         config=config,
         compiler_class=KernelCompiler,
         displayhook_class=KernelDisplayHook,
@@ -634,10 +646,10 @@ def _shut_down(pid: int) -> None:
 
 
 def main() -> None:
+    engine = os.environ.pop(ENGINE_VARIABLE, "auto")
     here = os.path.dirname(os.path.abspath(__file__))
-    with open(os.path.join(here, "config.json")) as f:
+    with open(os.path.join(here, INPUT_FILE)) as f:
         config = json.load(f)
-    engine = config.pop("engine", "auto")
     load: Callable[[], dict[str, ModuleType]] = load_ipython
     mods = None
     if engine == "ipython":
@@ -651,7 +663,7 @@ def main() -> None:
     # cell (its cell_timeout is read and never used): the command's own timeout bounds the whole run.
     print("config: \n" + json.dumps(config, indent=2, ensure_ascii=False))
     sys.stdout.flush()
-    results_path = os.path.join(here, "cells.json")
+    results_path = os.path.join(here, OUTPUT_FILE)
     if mods is None:
         run_plain(config["cells"], results_path)
     else:

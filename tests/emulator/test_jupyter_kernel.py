@@ -421,3 +421,61 @@ def test_a_cell_that_closes_the_kernels_original_stream_breaks_nothing() -> None
     assert answer["status"] == "Success", answer
     assert [cell["stdout"] for cell in answer["cells"][1:]] == ["y\nz\n", "hi\nafter\n"]
     assert all(cell["error"] == [] for cell in answer["cells"])
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+@pytest.mark.parametrize("engine", ["ipython", "python"])
+def test_the_work_dir_is_laid_out_as_upstreams(engine: str) -> None:
+    """The kernel's cwd holds the request's files, the driver as ``main.py`` and upstream's config dir; a user file
+    the emulator once used for itself (``config.json``, ``cells.json``) is the user's, and only upstream's output
+    file is kept out of the answer's files."""
+    cells = [
+        "import os; print(sorted(os.listdir('.')), sorted(os.listdir('tmp/sandbox/configs')))",
+        "print(open('config.json').read(), open('cells.json').read())",
+        "print('SANDBOX_EMULATOR_JUPYTER_ENGINE' in os.environ)",
+    ]
+    config_json, cells_json = b'{"mine": 1}', b"[2]"
+    fetch = ["config.json", "cells.json", "tmp/sandbox/configs/input.json", "tmp/sandbox/configs/output.json"]
+    files = {"config.json": _b64(config_json), "cells.json": _b64(cells_json)}
+    answer = _run(cells, engine=engine, files=files, fetch_files=fetch, total_timeout=20)
+    assert answer["status"] == "Success", answer
+    stdout = [cell["stdout"] for cell in answer["cells"]]
+    assert stdout == [
+        "['cells.json', 'config.json', 'main.py', 'tmp'] ['input.json']\n",
+        '{"mine": 1} [2]\n',
+        "False\n",
+    ]
+    upstream_input = {"kernel": "python3", "cells": cells, "cell_timeout": 0.0, "total_timeout": 20.0}
+    assert answer["files"] == {
+        "config.json": _b64(config_json),
+        "cells.json": _b64(cells_json),
+        "tmp/sandbox/configs/input.json": _b64(json.dumps(upstream_input, indent=2).encode()),
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        ("tmp/sandbox/configs/x", "[Errno 17] File exists: '{dir}/tmp/sandbox/configs'"),
+        ("tmp/sandbox/configs", "[Errno 17] File exists: '{dir}/tmp/sandbox/configs'"),
+        ("tmp/sandbox", "[Errno 20] Not a directory: '{dir}/tmp/sandbox/configs'"),
+        ("tmp", "[Errno 20] Not a directory: '{dir}/tmp/sandbox'"),
+    ],
+)
+def test_a_file_in_the_way_of_upstreams_config_dir_is_its_error(name: str, error: str) -> None:
+    """Upstream makes its config dir after writing the request's files, without ``exist_ok``."""
+    answer = _run(["print(1)"], engine="python", files={name: _b64(b"x")})
+    assert (answer["status"], answer["driver"], answer["cells"]) == ("SandboxError", None, []), answer
+    match = re.fullmatch(r"exception on running jupyter print\(1\): (.*) None", answer["message"])
+    assert match is not None, answer["message"]
+    work_dir = re.search(r"'(/\S*/tmp\w{8})/", match.group(1))
+    assert work_dir is not None, match.group(1)
+    assert match.group(1) == error.format(dir=work_dir.group(1))
+
+
+def test_a_file_beside_upstreams_config_dir_is_written() -> None:
+    answer = _run(["print(open('tmp/sandbox/y').read())"], engine="python", files={"tmp/sandbox/y": _b64(b"y")})
+    assert answer["cells"][0]["stdout"] == "y\n", answer
