@@ -20,6 +20,7 @@ from typing import Any, cast
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from emulator.daytona.config import DaytonaConfig
@@ -236,8 +237,8 @@ class Emulator:
         # Served by HotRoutes in front of FastAPI; registered here too so FastAPI answers 405 for other methods.
         app.router.add_route("/run_code", self._run_code, methods=["POST"])
         app.router.add_route("/run_jupyter", self._run_jupyter, methods=["POST"])
-        app.router.add_route("/v1/ping", ping, methods=["GET"])
-        app.router.add_route("/", index, methods=["GET"])
+        app.router.routes.append(GetOnlyRoute("/v1/ping", ping))
+        app.router.routes.append(GetOnlyRoute("/", index))
         self.daytona.mount(app)
         self._add_control_plane(app)
         return app
@@ -309,6 +310,15 @@ class Emulator:
 
 
 _REPLAYING = "the emulator replays a decision log: its faults come from the log, there is no fault plan"
+
+
+class GetOnlyRoute(Route):
+    """A GET route without the HEAD that Starlette adds: the real Sandbox Fusion declares its GET routes with FastAPI's
+    ``@app.get``, which adds none, so ``HEAD`` is a 405 there and a 405's ``allow`` is ``GET``."""
+
+    def __init__(self, path: str, endpoint: Callable[[Request], Awaitable[Response]]) -> None:
+        super().__init__(path, endpoint, methods=["GET"])
+        self.methods = {"GET"}
 
 
 def _server_error(exc: Exception) -> Response:

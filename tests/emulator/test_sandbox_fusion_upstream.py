@@ -192,3 +192,28 @@ def test_injected_sandbox_fusion_bodies_are_compact_json() -> None:
         assert answer.content == json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
     assert bodies[0].json()["status"] == "SandboxError"
     assert bodies[1].json()["traceback"][-1] == ""  # traceback.format_exc().split('\n') ends with an empty item
+
+
+def _requests(*calls: tuple[str, str]) -> list[httpx.Response]:
+    """Requests without a body to a fresh in-process emulator."""
+    app = Emulator()
+
+    async def main() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app.app)
+        try:
+            async with httpx.AsyncClient(transport=transport, base_url="http://sandbox", timeout=60) as client:
+                return [await client.request(method, path) for method, path in calls]
+        finally:
+            await app.aclose()
+
+    return asyncio.run(main())
+
+
+def test_the_get_routes_refuse_head_as_fastapis_get_routes_do() -> None:
+    """The real server declares ``/v1/ping`` and ``/`` with ``@app.get``, which adds no HEAD (Starlette's own routes
+    add it): HEAD is a 405 there, and any 405 allows GET alone."""
+    calls = [(m, p) for p in ("/v1/ping", "/") for m in ("HEAD", "DELETE", "OPTIONS")]
+    for (method, path), answer in zip(calls, _requests(*calls), strict=True):
+        assert (answer.status_code, answer.headers.get("allow")) == (405, "GET"), (method, path)
+    ping, root = _requests(("GET", "/v1/ping"), ("GET", "/"))
+    assert (ping.status_code, ping.json(), root.status_code) == (200, "pong", 200)
