@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 VENV071 := .venv-071
 BIN071 := $(VENV071)/bin
 
-.PHONY: demo demo-http demo-trl test lint typecheck unit test-verl071 bench clean
+.PHONY: demo demo-http demo-trl test lint typecheck unit test-verl071 explore bench clean
 
 # The main job: GSM8K multi-turn rollouts through verl's agent loop on the embedded emulator, dumped and validated.
 demo: $(VENV)/.rollout-installed
@@ -36,6 +36,15 @@ unit: $(VENV)/.test-installed
 # The reference run: only tests/reference_v071, against verl 0.7.1's own SandboxFusionTool (docs/unit-plan.md).
 test-verl071: $(VENV071)/.installed
 	$(BIN071)/python -m pytest -q tests/reference_v071
+
+# Hypothesis' random search, on purpose: the test files that use hypothesis under the `explore` profile (new examples
+# each run; `make test` draws the same ones every run), the Ray limiter search at its full example count. A chaos
+# search that breaks an invariant saves the schedule under fixtures/chaos/regressions/ (docs/user-guide.md).
+HYPOTHESIS_TESTS = $(shell grep -rlE '^(from|import) hypothesis' tests --include='test_*.py' | sort)
+CHAOS_RAY_EXAMPLES ?= 200
+
+explore: $(VENV)/.test-installed
+	CHAOS_RAY_EXAMPLES=$(CHAOS_RAY_EXAMPLES) $(BIN)/python -m pytest -q --hypothesis-profile=explore $(HYPOTHESIS_TESTS)
 
 bench: $(VENV)/.test-installed
 	$(BIN)/sandbox-emulator bench-throughput

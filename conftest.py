@@ -1,6 +1,6 @@
 """Root conftest: anchors pytest's rootdir here so the project's tests are never shadowed by the ``tests``
-package that verl's wheel installs into site-packages (tests run with ``--import-mode=importlib``), and holds the
-fixtures several test directories share."""
+package that verl's wheel installs into site-packages (tests run with ``--import-mode=importlib``), holds the
+fixtures several test directories share, and the hypothesis profiles (``default`` and ``explore``, below)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,25 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 pytest_plugins = ["pytester"]
+
+#: Hypothesis' own defaults (random examples, the example database, a 200 ms deadline), kept as the parent of
+#: ``explore`` before ``default`` is replaced.
+_HYPOTHESIS_DEFAULT = settings.get_profile("default")
+
+# The test command and CI run hypothesis derandomized: every run draws the same examples, so a latent bug is found
+# by a deliberate search (``explore``), never as a random red run. No deadline: a stalled machine is not a bug.
+# These are defaults only: a test's own settings (max_examples, stateful_step_count, ...) still apply.
+settings.register_profile(
+    "default", _HYPOTHESIS_DEFAULT, derandomize=True, deadline=None, database=None, print_blob=True
+)
+# ``--hypothesis-profile=explore`` (``make explore``): new random examples each run, hypothesis' usual example
+# counts, failures kept in ``.hypothesis/`` and printed with a reproduction blob.
+settings.register_profile("explore", _HYPOTHESIS_DEFAULT, derandomize=False, deadline=None, print_blob=True)
+# Hypothesis loads its own ``ci`` profile when it sees a CI variable: the project's default applies there too.
+settings.load_profile("default")
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ killed actor ends in an error, and a killed actor's tickets cannot be released i
 Ray is slow: every operation is a round trip to the actor (a few milliseconds) and a kill and restart costs a new
 actor process (tenths of a second), so in the default suite this machine runs 12 examples of at most 8 steps, not the
 200 of the in-process machines (the rules it shares with them, ``LimiterCore``, are searched 200 times there). Set
-``CHAOS_RAY_EXAMPLES=200`` for the full search (about 3 minutes)."""
+``CHAOS_RAY_EXAMPLES=200`` for the full search (about 3 minutes; ``make explore`` does)."""
 
 from __future__ import annotations
 
