@@ -126,7 +126,9 @@ def test_native_threads_fail_under_memory_limit(runner: Runner, runtime: dict[st
 def test_timeout_gives_tle(runner: Runner) -> None:
     got = runner.run("while True: pass", timeout=0.5)
     assert (got.status, got.return_code, got.stdout, got.stderr) == ("TimeLimitExceeded", None, "", "")
-    assert got.execution_time is not None and 0.5 <= got.execution_time < 0.7
+    # Never before the limit; after it, a margin wide enough for a loaded machine's late timer and kill (a run the
+    # timeout did not end would go on for ever).
+    assert got.execution_time is not None and 0.5 <= got.execution_time < 2.0
 
 
 def test_timeout_keeps_flushed_output(runner: Runner) -> None:
@@ -142,7 +144,9 @@ def test_timeout_keeps_flushed_output(runner: Runner) -> None:
 def test_zero_timeout_is_immediate_tle(runner: Runner) -> None:
     got = runner.run("print(1)", timeout=0)
     assert (got.status, got.return_code, got.stdout, got.stderr) == ("TimeLimitExceeded", None, "", "")
-    assert got.execution_time is not None and got.execution_time < 0.01
+    # No program is started (the status and empty output say so); the bound only rules out a wait, with room for a
+    # loaded machine.
+    assert got.execution_time is not None and got.execution_time < 0.5
 
 
 def test_sigkill_self(runner: Runner) -> None:
