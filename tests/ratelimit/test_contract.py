@@ -32,6 +32,15 @@ def balanced(stats: LimiterStats) -> bool:
     return stats.acquires == stats.releases + stats.withdrawn + stats.reclaimed + stats.held
 
 
+def _inside(events: list[tuple[str, int]]) -> int:
+    """Holders inside their slot now, by the test's journal of entries and exits."""
+    return sum(1 if kind == "enter" else -1 for kind, _ in events)
+
+
+#: How long the first holders of ``test_cap_and_waves`` wait for the cap to fill before the test fails.
+FULL_TIMEOUT_S = 30.0
+
+
 def test_cap_and_waves(make_limiter: Any) -> None:
     """7 equal tasks through a cap of 3 go in 3 waves: the k-th admission waits for k-2 exits."""
     cap, n = 3, 7
@@ -39,10 +48,20 @@ def test_cap_and_waves(make_limiter: Any) -> None:
     async def main() -> tuple[list[tuple[str, int]], LimiterStats]:
         limiter = make_limiter(limit=cap)
         events: list[tuple[str, int]] = []
+        full = asyncio.Event()
 
         async def task(i: int) -> None:
             async with limiter.slot():
                 events.append(("enter", i))
+                if _inside(events) >= cap:
+                    full.set()
+                # The first holders keep their slots until `cap` are inside, so the cap is reached however slowly
+                # the backend grants (a Ray round trip can outlast a short hold); a limiter that never admits `cap`
+                # at once fails here.
+                try:
+                    await asyncio.wait_for(full.wait(), FULL_TIMEOUT_S)
+                except asyncio.TimeoutError:
+                    raise AssertionError(f"{_inside(events)} of {cap} slots held after {FULL_TIMEOUT_S} s") from None
                 await asyncio.sleep(0.05)
                 events.append(("exit", i))
 
