@@ -20,6 +20,10 @@ _FAULTS = (
     "print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)\n"
 )
 
+#: The wait before each program's start. Only a run whose wait is still ahead when its child is forked prefaults;
+#: the few milliseconds before the fork (the work dir, the executor's queue) must stay inside it on a loaded machine.
+WAIT_S = 0.5
+
 
 async def _run(executor: Executor, code: str, wait: float = 0.0) -> ExecutionResult:
     with executor.deferred_workdir() as wd:
@@ -47,7 +51,7 @@ def test_runs_are_sampled_and_a_waiting_child_copies_what_they_wrote_before_it_s
             # The second run is sampled, and others after it: each ends with the right status and output.
             first = [await _run(executor, f"import sys\nprint({i})\nsys.exit({i % 4})\n") for i in range(40)]
             plain = [int((await _run(executor, _FAULTS)).stdout.split()[-1]) for _ in range(5)]  # type: ignore[union-attr]
-            waited = [int((await _run(executor, _FAULTS, 0.05)).stdout.split()[-1]) for _ in range(5)]  # type: ignore[union-attr]
+            waited = [int((await _run(executor, _FAULTS, WAIT_S)).stdout.split()[-1]) for _ in range(5)]  # type: ignore[union-attr]
             return first, plain, waited
         finally:
             await executor.aclose()
