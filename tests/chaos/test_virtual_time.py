@@ -247,7 +247,7 @@ def test_in_loop_emulator_serves_on_an_ordinary_loop_in_real_time() -> None:
 
 def test_a_real_execution_is_not_cut_short_by_a_virtual_jump() -> None:
     """A program sleeping 0.2 s of real time runs to the end while another task sleeps 1000 virtual seconds."""
-    code = "import time\nt = time.monotonic()\ntime.sleep(0.2)\nprint(round(time.monotonic() - t, 1))"
+    code = "import time\nt = time.monotonic()\ntime.sleep(0.2)\nprint(time.monotonic() - t)"
 
     async def body(emu: InLoopEmulator) -> dict[str, Any]:
         loop = _loop()
@@ -277,7 +277,9 @@ def test_a_real_execution_is_not_cut_short_by_a_virtual_jump() -> None:
     out = _run_in_loop(None, body)
     real = time.perf_counter() - real_started
     run_result = out["answer"]["run_result"]
-    assert run_result["status"] == "Finished" and run_result["stdout"] == "0.2\n"
+    assert run_result["status"] == "Finished"
+    # It slept its whole 0.2 s of real time (how much longer is the machine's: never more than the test took).
+    assert 0.2 <= float(run_result["stdout"]) <= real
     assert out["order"] == ["execution", "sleeper"]
     entry = out["entry"]
     assert entry.status == 200
