@@ -418,8 +418,3 @@ def form_disposition(form_name: str, path: str) -> str:
 
 def is_dir(target: str) -> bool:
     return os.path.isdir(target)
-
-
-def not_a_dir_reason(target: str) -> str:
-    """Why a process cannot start in ``target`` (no directory there), as the kernel's error reads."""
-    return "not a directory" if os.path.exists(target) else "no such file or directory"

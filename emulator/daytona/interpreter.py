@@ -167,11 +167,13 @@ class Context:
     closed: bool = False
     #: A process was started for it once (a later start is the daemon's restart).
     started: bool = False
+    #: ``cwd`` as the client gave it, which the daemon answers (``cwd`` is the host directory it stands for).
+    shown_cwd: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {
             "id": self.id,
-            "cwd": self.cwd,
+            "cwd": self.shown_cwd or self.cwd,
             "language": self.language,
             "active": self.process is not None and self.process.returncode is None,
             "createdAt": self.created_at,
@@ -290,8 +292,13 @@ class Interpreters:
     def contexts(self, sandbox_id: str) -> dict[str, Context]:
         return self._contexts.setdefault(sandbox_id, {})
 
-    def create(self, sandbox_id: str, home: str, env: dict[str, str], cwd: str, language: str = "python") -> Context:
-        context = Context(id=str(uuid.uuid4()), cwd=cwd, home=home, env=dict(env), language=language)
+    def create(
+        self, sandbox_id: str, home: str, env: dict[str, str], cwd: str, language: str = "python", shown_cwd: str = ""
+    ) -> Context:
+        """A context that starts in the host directory ``cwd``; its answers name ``shown_cwd`` (the client's)."""
+        context = Context(
+            id=str(uuid.uuid4()), cwd=cwd, home=home, env=dict(env), language=language, shown_cwd=shown_cwd
+        )
         self.contexts(sandbox_id)[context.id] = context
         return context
 

@@ -35,11 +35,6 @@ from . import file_routes, search, session_shell
 from .config import AUTHENTICATED, FAILED_AUTH, SANDBOX_CREATE, SANDBOX_LIFECYCLE, DaytonaConfig
 from .errors import ApiError, FileError, api_error, daemon_error, json_response, proxy_error
 from .failed_auth import FailedAuth, ProxyTokenCache, client_ip
-from .files import (
-    is_dir,
-    not_a_dir_reason,
-    resolve,
-)
 from .go_fields import string_field
 from .go_json import as_go_decodes, go_text
 from .interpreter import (
@@ -61,7 +56,7 @@ from .sandboxes import Sandbox, SandboxStore
 from .session_logs import stream_log
 from .sessions import SessionCommand, SessionShells, ShellStart
 from .throttle import Throttlers, Verdict
-from .toolbox import ACCEPTED, COMMAND, CommandTimeout, SandboxGone, Toolbox
+from .toolbox import ACCEPTED, COMMAND, CommandTimeout, SandboxGone, Toolbox, chdir_refusal, process_dir
 
 _log = logging.getLogger(__name__)
 
@@ -621,12 +616,14 @@ class DaytonaService:
         language = "python" if language is None else language
         if language != "python":
             raise ApiError(400, f"unsupported language: {language} (only 'python' is supported currently)")
-        target = resolve(sandbox, cwd) if cwd else sandbox.home
-        if not is_dir(target):
-            reason = not_a_dir_reason(target)
-            raise ApiError(500, f"failed to start context: failed to start Python worker: chdir {cwd}: {reason}")
+        target = process_dir(sandbox, cwd) if cwd else sandbox.home
+        refusal = chdir_refusal(target)
+        if refusal is not None:  # Go's check of the worker's directory before its start (os.StartProcess)
+            raise ApiError(500, f"failed to start context: failed to start Python worker: chdir {cwd}: {refusal}")
         await self._ensure_home(sandbox)
-        context = self.interpreters.create(sandbox.id, sandbox.home, sandbox.env, target, language)
+        # Its answer names the directory as the client gave it (the home, as /work-dir reports it, when none).
+        shown = cwd or sandbox.home
+        context = self.interpreters.create(sandbox.id, sandbox.home, sandbox.env, target, language, shown)
         try:
             await self.interpreters.start(context)
         except WorkerStartError as failed:  # the daemon keeps no context whose worker did not start

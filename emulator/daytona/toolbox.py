@@ -8,7 +8,9 @@ a non-zero exit is HTTP 200 with ``exitCode``; a timeout is 408 ``REQUEST_TIMEOU
 from __future__ import annotations
 
 import asyncio
+import os
 import shlex
+import stat
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -16,7 +18,6 @@ from emulator.executor import ExecutionRequest, ExecutionResult, Executor, Outpu
 
 from .config import OUTPUT_LIMIT
 from .errors import ApiError, StartFailed
-from .files import is_dir, not_a_dir_reason, resolve
 from .go_fields import envs_field, string_field, type_error, uint32_field
 from .go_json import go_string
 from .interpreter import go_start_error
@@ -56,9 +57,33 @@ def _not_cancelling() -> bool:
     return task is not None and task.cancelling() == 0
 
 
-def _start_error(directory: str) -> str:
-    """Go's error when the daemon's shell cannot start in ``directory`` (the child's chdir fails)."""
-    return f"fork/exec {SHELL}: {not_a_dir_reason(directory)}"
+def process_dir(sandbox: Sandbox, cwd: str) -> str:
+    """The host directory that a command or interpreter context given ``cwd`` starts in: where the code it runs finds
+    that path. The daemon sets the process's directory to ``cwd`` as it is, in the container; here the code sees the
+    host's file system but for its home, so a relative ``cwd`` is under the home (the daemon's own directory), one
+    under ``/home/<user>`` is in the home (a host directory), and any other absolute path is the host's (``/tmp``,
+    ``/usr``, ``/``), which the code would reach with its own ``cd``. Not the file API's mapping: its private tree
+    for other absolute paths is no directory that any code runs in."""
+    user_home = f"/home/{sandbox.user}"
+    if not cwd.startswith("/"):
+        return os.path.join(sandbox.home, cwd)
+    if cwd == user_home or cwd.startswith(user_home + "/"):
+        return sandbox.home + cwd[len(user_home) :]
+    return cwd
+
+
+def chdir_refusal(directory: str) -> str | None:
+    """Why a process cannot start in ``directory``, in Go's words for the kernel's error (``no such file or
+    directory``, ``not a directory``, ``permission denied``; ``invalid argument`` for a NUL, which no path can hold),
+    or None when it can."""
+    if "\0" in directory:
+        return "invalid argument"
+    try:
+        mode = os.stat(directory).st_mode
+    except OSError as error:
+        text = os.strerror(error.errno) if error.errno else str(error)
+        return text[:1].lower() + text[1:]
+    return None if stat.S_ISDIR(mode) else "not a directory"
 
 
 def _required(struct: str, field: str) -> str:
@@ -165,10 +190,9 @@ class Toolbox:
         """``command`` through bash with stderr merged into stdout, in ``cwd`` (a sandbox path) or the home."""
         prefix = "exec 2>&1\n"
         if cwd:
-            target = resolve(sandbox, cwd)
-            if not is_dir(target):
-                raise ApiError(400, f"cwd does not exist: {cwd}")
-            prefix += f"cd -- {shlex.quote(target)} || exit 1\n"
+            # As if the shell had started there: the directory as the kernel resolves it (``-P``, so ``pwd`` prints
+            # where a link led, as a shell started in it finds it), and no OLDPWD (a fresh shell has none).
+            prefix += f"cd -P -- {shlex.quote(process_dir(sandbox, cwd))} || exit 1\nunset OLDPWD\n"
         result = await self._bash(prefix + command, sandbox, env, timeout)
         if result.status == "TimeLimitExceeded":
             raise CommandTimeout
@@ -190,8 +214,9 @@ class Toolbox:
             raise ApiError(400, prefix + _required("ExecuteRequest", "Command"))
         if not command.strip():
             raise ApiError(400, "bad request: command cannot be empty or whitespace-only")
-        if cwd and not is_dir(resolve(sandbox, cwd)):
-            return {"exitCode": -1, "result": _start_error(resolve(sandbox, cwd))}
+        refusal = chdir_refusal(process_dir(sandbox, cwd)) if cwd else None
+        if refusal is not None:  # the child's chdir failed: Go's error for the start
+            return {"exitCode": -1, "result": f"fork/exec {SHELL}: {refusal}"}
         try:
             result = await self.shell(sandbox, command, cwd or None, self._envs(sandbox, envs), self._timeout(seconds))
         except StartFailed as failed:  # the daemon's cmd.Start error (descriptors or processes run out): 200, -1

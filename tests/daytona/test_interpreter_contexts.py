@@ -121,3 +121,34 @@ def test_a_context_whose_worker_goes_as_it_starts_is_an_answer_not_a_logged_fail
     assert (answer.status_code, answer.json()["message"]) == (status, message)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
     assert client.get(prefix + "/process/interpreter/context").json() == {"contexts": []}
+
+
+@pytest.mark.parametrize(("cwd", "seen"), [("/tmp", "/tmp"), ("/", "/"), ("/usr", "/usr"), ("work", None)])
+def test_a_context_runs_where_its_code_finds_cwd_and_answers_it_as_given(
+    server: EmulatorServer, api_key: str, tb: tuple[httpx.Client, str], cwd: str, seen: str | None
+) -> None:
+    """The daemon's worker starts with its directory set to ``cwd`` as it is, and the context answers that ``cwd``:
+    the system's directories (the code sees the host's ``/tmp``, ``/usr``, ``/``), and a relative one under the home,
+    named as the client named it, never as a host path."""
+    client, prefix = tb
+    home = client.get(prefix + "/user-home-dir").json()["dir"]
+    assert client.post(prefix + "/process/execute", json={"command": "mkdir work"}).json()["exitCode"] == 0
+    created = client.post(prefix + "/process/interpreter/context", json={"cwd": cwd})
+    assert created.status_code == 200, created.text
+    context = created.json()
+    assert context["cwd"] == cwd
+    assert context in client.get(prefix + "/process/interpreter/context").json()["contexts"]
+    sid = prefix.rsplit("/", 1)[1]
+    frames, close = interpreter_frames(
+        server, api_key, sid, {"code": "import os\nprint(os.getcwd())", "contextId": context["id"]}
+    )
+    assert close == 1000 and frames[0]["text"] == f"{seen or home + '/' + cwd}\n"
+
+
+def test_a_context_in_a_path_no_directory_can_have_is_refused_as_go_refuses_it(tb: tuple[httpx.Client, str]) -> None:
+    client, prefix = tb
+    answer = client.post(prefix + "/process/interpreter/context", json={"cwd": "/tmp/a\u0000b"})
+    assert (answer.status_code, answer.json()["message"]) == (
+        500,
+        "failed to start context: failed to start Python worker: chdir /tmp/a\u0000b: invalid argument",
+    )

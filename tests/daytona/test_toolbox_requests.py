@@ -10,6 +10,7 @@ lenient emulator and fails on the real service, in the middle of a GPU run.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import httpx
@@ -79,6 +80,33 @@ def test_execute_where_the_shell_cannot_start_is_exit_code_minus_one(tb: tuple[h
     client.post(prefix + "/process/execute", json={"command": "touch plain"})
     a_file = client.post(prefix + "/process/execute", json={"command": "pwd", "cwd": "/home/daytona/plain"})
     assert a_file.json() == {"exitCode": -1, "result": "fork/exec /usr/bin/bash: not a directory"}
+
+
+@pytest.mark.parametrize("cwd", ["/tmp", "/", "/usr", "/usr/../tmp"])
+def test_execute_runs_in_the_system_directories_its_code_sees(tb: tuple[httpx.Client, str], cwd: str) -> None:
+    """The daemon starts its shell with the directory set to ``cwd`` as it is: ``/tmp``, ``/usr`` and ``/`` are the
+    directories the code itself sees (the host's here), never a path of the emulator's own."""
+    client, prefix = tb
+    ran = client.post(prefix + "/process/execute", json={"command": "pwd; echo ${OLDPWD-none}", "cwd": cwd})
+    assert ran.json() == {"exitCode": 0, "result": f"{os.path.realpath(cwd)}\nnone\n"}
+
+
+def test_execute_in_the_users_home_and_below_it(tb: tuple[httpx.Client, str]) -> None:
+    client, prefix = tb
+    home = client.get(prefix + "/user-home-dir").json()["dir"]
+    client.post(prefix + "/process/execute", json={"command": "mkdir -p d/e && ln -s d/e link"})
+    for cwd, seen in (("/home/daytona", home), ("/home/daytona/d", home + "/d"), ("link", home + "/d/e")):
+        ran = client.post(prefix + "/process/execute", json={"command": "pwd", "cwd": cwd})
+        assert ran.json() == {"exitCode": 0, "result": seen + "\n"}, cwd
+
+
+def test_execute_in_a_path_no_directory_can_have(tb: tuple[httpx.Client, str]) -> None:
+    """Go's ``forkExec`` refuses a directory holding a NUL before it forks: the start's error, exit code -1."""
+    client, prefix = tb
+    ran = client.post(prefix + "/process/execute", json={"command": "pwd", "cwd": "/tmp/a\u0000b"})
+    assert ran.json() == {"exitCode": -1, "result": "fork/exec /usr/bin/bash: invalid argument"}
+    missing = client.post(prefix + "/process/execute", json={"command": "pwd", "cwd": "/tmp/no-such-dir-here"})
+    assert missing.json() == {"exitCode": -1, "result": "fork/exec /usr/bin/bash: no such file or directory"}
 
 
 def test_execute_takes_a_zero_timeout_and_good_env_names(tb: tuple[httpx.Client, str]) -> None:
