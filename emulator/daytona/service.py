@@ -56,7 +56,7 @@ from .sandboxes import Sandbox, SandboxStore
 from .session_logs import stream_log
 from .sessions import SessionCommand, SessionShells, ShellStart
 from .throttle import Throttlers, Verdict
-from .toolbox import ACCEPTED, COMMAND, CommandTimeout, SandboxGone, Toolbox, chdir_refusal, process_dir
+from .toolbox import ACCEPTED, COMMAND, CommandTimeout, SandboxGone, Toolbox, chdir_refusal, process_dir, sandbox_env
 
 _log = logging.getLogger(__name__)
 
@@ -623,7 +623,7 @@ class DaytonaService:
         await self._ensure_home(sandbox)
         # Its answer names the directory as the client gave it (the home, as /work-dir reports it, when none).
         shown = cwd or sandbox.home
-        context = self.interpreters.create(sandbox.id, sandbox.home, sandbox.env, target, language, shown)
+        context = self.interpreters.create(sandbox.id, sandbox.home, sandbox_env(sandbox), target, language, shown)
         try:
             await self.interpreters.start(context)
         except WorkerStartError as failed:  # the daemon keeps no context whose worker did not start
@@ -792,7 +792,7 @@ class DaytonaService:
             if entry is not None:  # which program ran: a pool's "each completion once" is checked against this
                 entry.detail["code_digest"] = code_digest(request.code)
             if request.context_id is None or request.context_id == "default":
-                context = self.interpreters.default(sandbox.id, sandbox.home, sandbox.env)
+                context = self.interpreters.default(sandbox.id, sandbox.home, sandbox_env(sandbox))
             else:
                 context = contexts[request.context_id]
             timeout = self.config.interpreter_timeout if request.timeout is None else float(request.timeout)

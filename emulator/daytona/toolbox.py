@@ -72,6 +72,24 @@ def process_dir(sandbox: Sandbox, cwd: str) -> str:
     return cwd
 
 
+def sandbox_env(sandbox: Sandbox) -> dict[str, str]:
+    """The environment every process of the sandbox's container has: the variables the runner sets on it
+    (``container_configs.go``: the sandbox's id, snapshot and user always, its organization and region when the API
+    names them, which it does), then the sandbox's ``env``, whose value wins for a name in both (Docker keeps the
+    last). The snapshot is the one the sandbox was created from, empty when none was named (the runner gets the
+    snapshot's image reference, which the emulator has none of)."""
+    runner = {
+        "DAYTONA_SANDBOX_ID": sandbox.id,
+        "DAYTONA_SANDBOX_SNAPSHOT": sandbox.snapshot or "",
+        "DAYTONA_SANDBOX_USER": sandbox.user,
+    }
+    if sandbox.organization_id:
+        runner["DAYTONA_ORGANIZATION_ID"] = sandbox.organization_id
+    if sandbox.target:
+        runner["DAYTONA_REGION_ID"] = sandbox.target
+    return {**runner, **sandbox.env}
+
+
 def chdir_refusal(directory: str) -> str | None:
     """Why a process cannot start in ``directory``, in Go's words for the kernel's error (``no such file or
     directory``, ``not a directory``, ``permission denied``; ``invalid argument`` for a NUL, which no path can hold),
@@ -144,7 +162,7 @@ class Toolbox:
 
     @staticmethod
     def _envs(sandbox: Sandbox, envs: dict[str, str]) -> dict[str, str]:
-        return {**sandbox.env, **envs}
+        return {**sandbox_env(sandbox), **envs}
 
     async def _run(
         self,
@@ -282,7 +300,7 @@ class Toolbox:
         session = Session(session_id)
         sessions[session_id] = session
         executor = await self._executor()
-        env = {**executor.base_env(sandbox.home), **sandbox.env}
+        env = {**executor.base_env(sandbox.home), **sandbox_env(sandbox)}
         try:
             await self.shells.open(session, sandbox.root, sandbox.home, env)
         except BaseException:
