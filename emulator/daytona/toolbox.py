@@ -8,6 +8,7 @@ a non-zero exit is HTTP 200 with ``exitCode``; a timeout is 408 ``REQUEST_TIMEOU
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import shlex
 import stat
@@ -107,6 +108,16 @@ def chdir_refusal(directory: str) -> str | None:
 def _required(struct: str, field: str) -> str:
     """The validator's message for a ``validate:"required"`` field that is empty or absent."""
     return f"Key: '{struct}.{field}' Error:Field validation for '{field}' failed on the 'required' tag"
+
+
+def code_run_line(code: str, argv: list[str], python: str) -> str:
+    """The daemon's shell line for Python code (``coderun/python.go``), fed to its shell: the code in base64, decoded
+    into ``python3 -u -``, and ``argv`` joined with spaces, unquoted (``formatArgv``), so that the shell splits,
+    expands and runs what they hold (``["a b", "$HOME", "x;echo hi"]`` is five arguments and then an ``echo``; a NUL
+    is dropped, as bash drops it from its input). Stderr goes where stdout goes, interleaved, as the daemon's one
+    buffer takes both; the emulator's runtime Python stands for ``python3``."""
+    encoded = base64.b64encode(code.encode("utf-8", "surrogateescape")).decode("ascii")
+    return f"exec 2>&1\nprintf '%s' '{encoded}' | base64 -d | {shlex.quote(python)} -u - {' '.join(argv)}"
 
 
 def _combined(result: ExecutionResult) -> str:
@@ -263,17 +274,23 @@ class Toolbox:
         if language != "python":
             raise ApiError(400, f"bad request: unsupported language: {language}")
         env = self._envs(sandbox, envs)
-        # As the daemon runs it: ``python3 -u - <argv>`` reading the code from its stdin (``<stdin>`` in tracebacks,
-        # ``sys.argv[0] == '-'``, an empty stdin left to the code); the fast path when there is no argv.
-        program = code.encode("utf-8", "surrogateescape")
-        result = await self._run([python, "-u", "-", *(argv_extra or [])], sandbox, env, timeout, stdin=program)
+        # As the daemon runs it: ``python3 -u -`` reading the code from its stdin (``<stdin>`` in tracebacks,
+        # ``sys.argv[0] == '-'``, an empty stdin left to the code). Without argv, python alone (the fast path): what
+        # its shell would add is an exit code, 128 + N for a signal. With argv, the daemon's shell line itself.
+        if argv_extra:
+            result = await self._bash(code_run_line(code, argv_extra, python), sandbox, env, timeout)
+            exit_code = _shell_exit_code(result)
+        else:
+            program = code.encode("utf-8", "surrogateescape")
+            result = await self._run([python, "-u", "-"], sandbox, env, timeout, stdin=program)
+            exit_code = _piped_python_exit_code(result)
         if result.status == "TimeLimitExceeded":
             raise CommandTimeout
         if result.status == "Error":
             raise ApiError(500, result.stderr or "execution failed")
         # No chart came (matplotlib's are not emulated, nor are charts built from marker lines the code prints): the
         # daemon leaves ``artifacts`` out.
-        return {"exitCode": _piped_python_exit_code(result), "result": _without_artifacts(_combined(result))}
+        return {"exitCode": exit_code, "result": _without_artifacts(_combined(result))}
 
     # ------------------------------------------------------------------ sessions
 

@@ -205,3 +205,26 @@ def test_code_run_reads_the_program_from_stdin_as_the_daemons_python_does(tb: tu
             '  File "<stdin>", line 4, in f\n'
             "ValueError: boom\n"
         ), answer
+
+
+def test_code_run_argv_is_joined_into_the_daemons_shell_line(tb: tuple[httpx.Client, str]) -> None:
+    """The daemon's ``formatArgv`` joins argv with spaces, unquoted, into the line its shell runs: the shell splits
+    it, expands ``$HOME``, runs what follows a ``;`` and drops a NUL (as bash drops one from its input)."""
+    client, prefix = tb
+    home = client.get(prefix + "/user-home-dir").json()["dir"]
+    code = "import sys; print(sys.argv)"
+    body = {"code": code, "language": "python", "argv": ["a b", "$HOME", "x;echo INJECTED", "c\u0000d"]}
+    answer = client.post(prefix + "/process/code-run", json=body)
+    assert answer.status_code == 200
+    assert answer.json() == {"exitCode": 0, "result": f"['-', 'a', 'b', '{home}', 'x']\nINJECTED cd\n"}
+
+
+def test_code_run_with_argv_interleaves_its_streams_as_the_daemons_shell(tb: tuple[httpx.Client, str]) -> None:
+    """With argv the daemon's shell runs the code, both streams into one buffer: in the order written. A python
+    that kills its whole process group kills that shell too: Go's exit code -1."""
+    client, prefix = tb
+    code = "import sys\nprint('o1')\nsys.stderr.write('e\\n')\nprint('o2')"
+    body = {"code": code, "language": "python", "argv": ["x"]}
+    assert client.post(prefix + "/process/code-run", json=body).json() == {"exitCode": 0, "result": "o1\ne\no2\n"}
+    body = {"code": "import os\nos.killpg(0, 9)", "language": "python", "argv": ["x"]}
+    assert client.post(prefix + "/process/code-run", json=body).json() == {"exitCode": -1, "result": ""}
