@@ -35,6 +35,9 @@ COMMAND = "\x00command"
 #: The shell the daemon finds first in the image's ``/etc/shells`` (zsh when there is one, then bash).
 SHELL = "/usr/bin/bash"
 ExecutorGetter = Callable[[], Awaitable[Executor]]
+#: Go's ``exec.Cmd.Start`` error for an environment entry that holds a NUL (``Cmd.environ``): the daemon answers it
+#: as any failed start, HTTP 200 with exit code -1.
+ENV_NUL = "exec: environment variable contains NUL"
 #: The daemon's ``coderun.ArtifactMarker``: a line of code-run's output that starts with it is an artifact (a chart
 #: of its matplotlib wrapper), never part of ``result``.
 ARTIFACT_MARKER = "dtn_artifact_k39fd2:"
@@ -118,6 +121,11 @@ def code_run_line(code: str, argv: list[str], python: str) -> str:
     buffer takes both; the emulator's runtime Python stands for ``python3``."""
     encoded = base64.b64encode(code.encode("utf-8", "surrogateescape")).decode("ascii")
     return f"exec 2>&1\nprintf '%s' '{encoded}' | base64 -d | {shlex.quote(python)} -u - {' '.join(argv)}"
+
+
+def _holds_nul(envs: dict[str, str]) -> bool:
+    """Whether an env value holds a NUL, which Go's ``exec.Cmd`` refuses (the names are checked before)."""
+    return any("\0" in value for value in envs.values())
 
 
 def _combined(result: ExecutionResult) -> str:
@@ -243,6 +251,8 @@ class Toolbox:
             raise ApiError(400, prefix + _required("ExecuteRequest", "Command"))
         if not command.strip():
             raise ApiError(400, "bad request: command cannot be empty or whitespace-only")
+        if _holds_nul(envs):  # Go's exec.Cmd refuses the environment before it starts anything
+            return {"exitCode": -1, "result": ENV_NUL}
         refusal = chdir_refusal(process_dir(sandbox, cwd)) if cwd else None
         if refusal is not None:  # the child's chdir failed: Go's error for the start
             return {"exitCode": -1, "result": f"fork/exec {SHELL}: {refusal}"}
@@ -273,6 +283,8 @@ class Toolbox:
             raise ApiError(400, prefix + "\n".join(missing), "INVALID_REQUEST_BODY")
         if language != "python":
             raise ApiError(400, f"bad request: unsupported language: {language}")
+        if _holds_nul(envs):  # Go's exec.Cmd refuses the environment before it starts anything
+            return {"exitCode": -1, "result": ENV_NUL}
         env = self._envs(sandbox, envs)
         # As the daemon runs it: ``python3 -u -`` reading the code from its stdin (``<stdin>`` in tracebacks,
         # ``sys.argv[0] == '-'``, an empty stdin left to the code). Without argv, python alone (the fast path): what

@@ -228,3 +228,21 @@ def test_code_run_with_argv_interleaves_its_streams_as_the_daemons_shell(tb: tup
     assert client.post(prefix + "/process/code-run", json=body).json() == {"exitCode": 0, "result": "o1\ne\no2\n"}
     body = {"code": "import os\nos.killpg(0, 9)", "language": "python", "argv": ["x"]}
     assert client.post(prefix + "/process/code-run", json=body).json() == {"exitCode": -1, "result": ""}
+
+
+@pytest.mark.parametrize(
+    ("route", "body"),
+    [
+        ("execute", {"command": "echo ran", "envs": {"A": "x\u0000y"}}),
+        ("execute", {"command": "echo ran", "envs": {"A": "x\u0000y"}, "cwd": "/no/such/dir"}),
+        ("code-run", {"code": "print('ran')", "language": "python", "envs": {"A": "x\u0000y"}}),
+    ],
+)
+def test_an_env_value_holding_a_nul_fails_the_start_as_gos_exec_does(
+    tb: tuple[httpx.Client, str], route: str, body: dict[str, Any]
+) -> None:
+    """Go's ``exec.Cmd`` refuses the environment before it starts anything (the directory's check comes after)."""
+    client, prefix = tb
+    answer = client.post(prefix + f"/process/{route}", json=body)
+    assert answer.status_code == 200
+    assert answer.json() == {"exitCode": -1, "result": "exec: environment variable contains NUL"}
