@@ -30,11 +30,18 @@ def _json_kind(value: Any, go_type: str) -> str:
     return "object"
 
 
+#: The prefix of common-go's ``NewInvalidBodyRequestError``, whose error the middleware answers with this code.
+INVALID_BODY = "invalid body request: "
+INVALID_BODY_CODE = "INVALID_REQUEST_BODY"
+
+
 def type_error(prefix: str, value: Any, struct: str, name: str, go_type: str) -> ApiError:
     """The 400 of a body whose ``name`` holds ``value``, which Go cannot put in a ``go_type``."""
     what = _json_kind(value, go_type)
     return ApiError(
-        400, f"{prefix}json: cannot unmarshal {what} into Go struct field {struct}.{name} of type {go_type}"
+        400,
+        f"{prefix}json: cannot unmarshal {what} into Go struct field {struct}.{name} of type {go_type}",
+        INVALID_BODY_CODE if prefix == INVALID_BODY else None,
     )
 
 
@@ -77,4 +84,4 @@ def envs_field(
     return envs
 
 
-__all__ = ["envs_field", "string_field", "type_error", "uint32_field"]
+__all__ = ["INVALID_BODY", "INVALID_BODY_CODE", "envs_field", "string_field", "type_error", "uint32_field"]

@@ -36,7 +36,7 @@ from .config import AUTHENTICATED, FAILED_AUTH, SANDBOX_CREATE, SANDBOX_LIFECYCL
 from .errors import ApiError, FileError, api_error, daemon_error, json_response, proxy_error
 from .failed_auth import FailedAuth, ProxyTokenCache, client_ip
 from .go_fields import string_field
-from .go_json import as_go_decodes, go_text
+from .go_json import go_text
 from .interpreter import (
     DRIVER,
     Context,
@@ -56,7 +56,17 @@ from .sandboxes import Sandbox, SandboxStore
 from .session_logs import stream_log
 from .sessions import SessionCommand, SessionShells, ShellStart
 from .throttle import Throttlers, Verdict
-from .toolbox import ACCEPTED, COMMAND, CommandTimeout, SandboxGone, Toolbox, chdir_refusal, process_dir, sandbox_env
+from .toolbox import (
+    ACCEPTED,
+    COMMAND,
+    CONTEXT_BODY,
+    CommandTimeout,
+    SandboxGone,
+    Toolbox,
+    chdir_refusal,
+    process_dir,
+    sandbox_env,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -555,13 +565,13 @@ class DaytonaService:
         return items
 
     async def _tb_toolbox_execute(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        return await self.toolbox.execute(sandbox, _daemon_body(body))
+        return await self.toolbox.execute(sandbox, body)
 
     async def _tb_toolbox_code_run(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        return await self.toolbox.code_run(sandbox, _daemon_body(body), self.python)
+        return await self.toolbox.code_run(sandbox, body, self.python)
 
     async def _tb_toolbox_session_create(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
-        await self.toolbox.create_session(sandbox, _daemon_body(body))
+        await self.toolbox.create_session(sandbox, body)
         return Response(status_code=201)
 
     async def _tb_toolbox_session_list(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
@@ -578,7 +588,7 @@ class DaytonaService:
     async def _tb_toolbox_session_exec(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         """``SessionExecuteResponse`` as the daemon's encoder writes it: every field there, null when unset (an
         asynchronous command's answer, 202, holds its ``cmdId`` alone)."""
-        answer = await self.toolbox.session_exec(sandbox, request.path_params["session"], _daemon_body(body))
+        answer = await self.toolbox.session_exec(sandbox, request.path_params["session"], body)
         empty = {"output": None, "stdout": None, "stderr": None, "exitCode": None}
         if answer.pop(ACCEPTED, False):
             return json_response({"cmdId": answer["cmdId"], **empty}, 202)
@@ -592,7 +602,7 @@ class DaytonaService:
 
     async def _tb_toolbox_session_input(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         params = request.path_params
-        await self.toolbox.send_input(sandbox, params["session"], params["command"], _daemon_body(body))
+        await self.toolbox.send_input(sandbox, params["session"], params["command"], body)
         return Response(status_code=204)
 
     async def _tb_toolbox_session_logs(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
@@ -609,8 +619,8 @@ class DaytonaService:
     async def _tb_interpreter_context_create(self, sandbox: Sandbox, request: Request, body: bytes) -> Any:
         """As the daemon's ``CreateContext``: the context's process starts now (``active: true``), in ``cwd``; one
         it cannot start in is a 500, as the worker's start fails there."""
-        data = _daemon_body(body)
-        prefix = "invalid request payload: "
+        data = CONTEXT_BODY.bind(body)
+        prefix = CONTEXT_BODY.prefix
         cwd = string_field(data, "cwd", "CreateContextRequest", prefix)
         language = string_field(data, "language", "CreateContextRequest", prefix)
         language = "python" if language is None else language
@@ -1039,9 +1049,3 @@ def _as_client_path(sandbox: Sandbox | None, filename: object) -> str:
         if text == root or text.startswith(root + "/"):
             return text[len(root) :] or "/"
     return text
-
-
-def _daemon_body(body: bytes) -> dict[str, Any]:
-    """A toolbox request's JSON body, decoded as the daemon (Go) decodes it."""
-    data: dict[str, Any] = as_go_decodes(_json_body(body))
-    return data

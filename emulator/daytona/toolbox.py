@@ -13,13 +13,15 @@ import os
 import shlex
 import stat
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from emulator.executor import ExecutionRequest, ExecutionResult, Executor, OutputCapture
 
 from .config import OUTPUT_LIMIT
 from .errors import ApiError, StartFailed
-from .go_fields import envs_field, string_field, type_error, uint32_field
+from .go_decode import GoDecodeError, bind_json
+from .go_fields import INVALID_BODY, INVALID_BODY_CODE, envs_field, string_field, type_error, uint32_field
 from .go_json import go_string
 from .interpreter import go_start_error
 from .sandboxes import Sandbox
@@ -45,6 +47,38 @@ ARTIFACT_MARKER = "dtn_artifact_k39fd2:"
 #: pipe. Here each stream is read to its end, its first ``OUTPUT_LIMIT`` bytes kept. The daemon answers it as a Go
 #: string in JSON: each byte that is not UTF-8 becomes U+FFFD (not Sandbox Fusion's ``[DecodeError]`` for the whole).
 CAPTURE = OutputCapture(keep=OUTPUT_LIMIT, absorb=None, decode=go_string)
+
+
+@dataclass(frozen=True)
+class RequestBody:
+    """A handler's request struct, as its binding reads a body: Go's type (``package.Name``) and JSON fields, and the
+    prefix and code of the handler's error for a body it refuses."""
+
+    go_type: str
+    fields: tuple[str, ...]
+    prefix: str
+    code: str | None = None
+
+    def bind(self, body: bytes) -> dict[str, Any]:
+        """``body`` decoded into the struct (see :mod:`.go_decode`); a 400 in the handler's words if it does not."""
+        try:
+            return bind_json(body, self.go_type, self.fields)
+        except GoDecodeError as refused:
+            raise ApiError(400, f"{self.prefix}{refused}", self.code) from None
+
+
+EXECUTE_BODY = RequestBody(
+    "process.ExecuteRequest", ("command", "timeout", "cwd", "envs"), "bad request: invalid request body: "
+)
+CODE_RUN_BODY = RequestBody(
+    "coderun.CodeRunRequest", ("code", "language", "argv", "envs", "timeout"), INVALID_BODY, INVALID_BODY_CODE
+)
+SESSION_BODY = RequestBody("session.CreateSessionRequest", ("sessionId",), INVALID_BODY, INVALID_BODY_CODE)
+SESSION_EXEC_BODY = RequestBody(
+    "session.SessionExecuteRequest", ("command", "runAsync", "async", "suppressInputEcho"), "invalid request body: "
+)
+SESSION_INPUT_BODY = RequestBody("session.SessionSendInputRequest", ("data",), INVALID_BODY, INVALID_BODY_CODE)
+CONTEXT_BODY = RequestBody("interpreter.CreateContextRequest", ("cwd", "language"), "invalid request payload: ")
 
 
 class CommandTimeout(Exception):
@@ -239,10 +273,11 @@ class Toolbox:
 
     # ------------------------------------------------------------------ process
 
-    async def execute(self, sandbox: Sandbox, body: dict[str, Any]) -> dict[str, Any]:
+    async def execute(self, sandbox: Sandbox, raw: bytes) -> dict[str, Any]:
         """``/process/execute`` as the daemon's handler: the body bound to its types, then the command checked, then
         the env names; a ``cwd`` the shell cannot start in is exit code -1 with the start's error, HTTP 200."""
-        prefix = "bad request: invalid request body: "  # NewBadRequestError(fmt.Errorf("invalid request body: %w"))
+        body = EXECUTE_BODY.bind(raw)
+        prefix = EXECUTE_BODY.prefix  # NewBadRequestError(fmt.Errorf("invalid request body: %w"))
         command = string_field(body, "command", "ExecuteRequest", prefix) or ""
         seconds = uint32_field(body, "timeout", "ExecuteRequest", prefix)
         cwd = string_field(body, "cwd", "ExecuteRequest", prefix)
@@ -262,10 +297,11 @@ class Toolbox:
             return {"exitCode": -1, "result": failed.message}
         return {"exitCode": _shell_exit_code(result), "result": _combined(result)}
 
-    async def code_run(self, sandbox: Sandbox, body: dict[str, Any], python: str) -> dict[str, Any]:
+    async def code_run(self, sandbox: Sandbox, raw: bytes, python: str) -> dict[str, Any]:
         """``/process/code-run`` as the daemon's handler: ``language`` is required and is one of its toolboxes'
         names (``python``; ``javascript`` and ``typescript`` are not emulated)."""
-        prefix = "invalid body request: "  # the binding's error through NewInvalidBodyRequestError
+        body = CODE_RUN_BODY.bind(raw)
+        prefix = CODE_RUN_BODY.prefix  # the binding's error through NewInvalidBodyRequestError
         code = string_field(body, "code", "CodeRunRequest", prefix) or ""
         language = string_field(body, "language", "CodeRunRequest", prefix) or ""
         argv_extra = body.get("argv")
@@ -280,7 +316,7 @@ class Toolbox:
             _required("CodeRunRequest", name) for name, value in (("Code", code), ("Language", language)) if not value
         ]
         if missing:  # the binding's validate:"required", every failing field on a line of its own
-            raise ApiError(400, prefix + "\n".join(missing), "INVALID_REQUEST_BODY")
+            raise ApiError(400, prefix + "\n".join(missing), INVALID_BODY_CODE)
         if language != "python":
             raise ApiError(400, f"bad request: unsupported language: {language}")
         if _holds_nul(envs):  # Go's exec.Cmd refuses the environment before it starts anything
@@ -315,12 +351,13 @@ class Toolbox:
             raise ApiError(404, "not found: session not found")
         return session
 
-    async def create_session(self, sandbox: Sandbox, body: dict[str, Any]) -> None:
+    async def create_session(self, sandbox: Sandbox, raw: bytes) -> None:
         """The session's shell starts now, as the daemon's does."""
-        prefix = "invalid body request: "  # the binding's error through NewInvalidBodyRequestError
+        body = SESSION_BODY.bind(raw)
+        prefix = SESSION_BODY.prefix  # the binding's error through NewInvalidBodyRequestError
         session_id = string_field(body, "sessionId", "CreateSessionRequest", prefix)
         if not session_id:
-            raise ApiError(400, prefix + _required("CreateSessionRequest", "SessionId"), "INVALID_REQUEST_BODY")
+            raise ApiError(400, prefix + _required("CreateSessionRequest", "SessionId"), INVALID_BODY_CODE)
         if session_id == ENTRYPOINT_SESSION:
             raise ApiError(400, "bad request: provided session ID is reserved and cannot be created/overridden")
         sessions = self.sessions(sandbox)
@@ -347,9 +384,10 @@ class Toolbox:
         if self.sessions(sandbox).get(session_id) is session:
             del self.sessions(sandbox)[session_id]
 
-    async def session_exec(self, sandbox: Sandbox, session_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def session_exec(self, sandbox: Sandbox, session_id: str, raw: bytes) -> dict[str, Any]:
         if session_id == ENTRYPOINT_SESSION:
             raise ApiError(400, "bad request: can't execute command in entrypoint session")
+        body = SESSION_EXEC_BODY.bind(raw)
         command_text = string_field(body, "command", "SessionExecuteRequest") or ""
         for flag in ("runAsync", "async", "suppressInputEcho"):
             if body.get(flag) is not None and not isinstance(body.get(flag), bool):
@@ -375,13 +413,14 @@ class Toolbox:
         command.exit_recorded = True  # the daemon's Execute read the exit code and kept it
         return {"cmdId": command.id, "exitCode": command.exit_code, COMMAND: command}
 
-    async def send_input(self, sandbox: Sandbox, session_id: str, command_id: str, body: dict[str, Any]) -> None:
+    async def send_input(self, sandbox: Sandbox, session_id: str, command_id: str, raw: bytes) -> None:
         if session_id == ENTRYPOINT_SESSION:
             raise ApiError(400, "bad request: can't send input to entrypoint session")
-        prefix = "invalid body request: "  # the binding's error through NewInvalidBodyRequestError
+        body = SESSION_INPUT_BODY.bind(raw)
+        prefix = SESSION_INPUT_BODY.prefix  # the binding's error through NewInvalidBodyRequestError
         data = string_field(body, "data", "SessionSendInputRequest", prefix)
         if not data:
-            raise ApiError(400, prefix + _required("SessionSendInputRequest", "Data"), "INVALID_REQUEST_BODY")
+            raise ApiError(400, prefix + _required("SessionSendInputRequest", "Data"), INVALID_BODY_CODE)
         session = self.session(sandbox, session_id)
         await self.shells.send_input(session, self.command(sandbox, session_id, command_id), data)
 

@@ -246,3 +246,75 @@ def test_an_env_value_holding_a_nul_fails_the_start_as_gos_exec_does(
     answer = client.post(prefix + f"/process/{route}", json=body)
     assert answer.status_code == 200
     assert answer.json() == {"exitCode": -1, "result": "exec: environment variable contains NUL"}
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "code", "message"),
+    [
+        ("process/execute", b"", "BAD_REQUEST", BAD_BODY + "EOF"),
+        ("process/execute", b'{"command": "ls"', "BAD_REQUEST", BAD_BODY + "unexpected EOF"),
+        (
+            "process/execute",
+            b"{x",
+            "BAD_REQUEST",
+            BAD_BODY + "invalid character 'x' looking for beginning of object key string",
+        ),
+        (
+            "process/execute",
+            b"[]",
+            "BAD_REQUEST",
+            BAD_BODY + "json: cannot unmarshal array into Go value of type process.ExecuteRequest",
+        ),
+        ("process/execute", b"null", "BAD_REQUEST", BAD_BODY + _required("ExecuteRequest", "Command")),
+        (
+            "process/code-run",
+            b'["print(1)"]',
+            "INVALID_REQUEST_BODY",
+            "invalid body request: json: cannot unmarshal array into Go value of type coderun.CodeRunRequest",
+        ),
+        (
+            "process/code-run",
+            b'{"code": 5, "language": "python"}',
+            "INVALID_REQUEST_BODY",
+            "invalid body request: json: cannot unmarshal number into Go struct field CodeRunRequest.code of type"
+            " string",
+        ),
+        ("process/session", b"", "INVALID_REQUEST_BODY", "invalid body request: EOF"),
+        ("process/session/s/exec", b"{", "BAD_REQUEST", "invalid request body: unexpected EOF"),
+        (
+            "process/session/entrypoint/exec",
+            b"{",
+            "BAD_REQUEST",
+            "bad request: can't execute command in entrypoint session",  # checked before the body is read
+        ),
+        (
+            "process/interpreter/context",
+            b"true",
+            "BAD_REQUEST",
+            "invalid request payload: json: cannot unmarshal bool into Go value of type"
+            " interpreter.CreateContextRequest",
+        ),
+    ],
+)
+def test_a_body_the_daemons_binding_cannot_decode(
+    tb: tuple[httpx.Client, str], route: str, body: bytes, code: str, message: str
+) -> None:
+    """gin's ``ShouldBindJSON`` decodes the body with an ``encoding/json`` Decoder: its errors, in each handler's
+    words (``NewBadRequestError``, ``NewInvalidBodyRequestError`` with its code, ``AbortWithError``'s prefix)."""
+    client, prefix = tb
+    assert client.post(prefix + "/process/session", json={"sessionId": "s"}).status_code == 201
+    answer = client.post(prefix + "/" + route, content=body, headers={"Content-Type": "application/json"})
+    assert (answer.status_code, answer.json()["code"], answer.json()["message"]) == (400, code, message)
+
+
+def test_a_body_is_read_as_the_daemons_decoder_reads_it(tb: tuple[httpx.Client, str]) -> None:
+    """Its first value only, the fields without regard to case, a byte that is no UTF-8 in a string U+FFFD."""
+    client, prefix = tb
+    headers = {"Content-Type": "application/json"}
+    for body, result in (
+        (b'{"command": "echo hi"} and more', "hi\n"),
+        (b'{"Command": "echo hi", "TIMEOUT": 5}', "hi\n"),
+        (b'{"command": "echo a\xffb"}', "a\ufffdb\n"),
+    ):
+        answer = client.post(prefix + "/process/execute", content=body, headers=headers)
+        assert answer.status_code == 200 and answer.json() == {"exitCode": 0, "result": result}, body
