@@ -46,7 +46,9 @@ ARTIFACT_MARKER = "dtn_artifact_k39fd2:"
 #: How the daemon takes a command's output: all of it, into a buffer with no bound, the command never blocked on its
 #: pipe. Here each stream is read to its end, its first ``OUTPUT_LIMIT`` bytes kept. The daemon answers it as a Go
 #: string in JSON: each byte that is not UTF-8 becomes U+FFFD (not Sandbox Fusion's ``[DecodeError]`` for the whole).
-CAPTURE = OutputCapture(keep=OUTPUT_LIMIT, absorb=None, decode=go_string)
+#: Its ``cmd.Wait`` returns once every holder of the output's pipe has closed it: ``echo a; (sleep 2; echo late) &``
+#: answers after two seconds with both lines (the timeout bounds the wait: then 408).
+CAPTURE = OutputCapture(keep=OUTPUT_LIMIT, absorb=None, decode=go_string, until_closed=True)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ also contains ``while True: print()``).
 
 That is the default :class:`OutputCapture` of a request.  Another service's runs ask for their
 own: Daytona's toolbox, whose daemon collects a command's whole output, reads every stream to
-its end (keeping a bound, so that an endless writer costs no memory) and decodes as Go does.
+its end (keeping a bound, so that an endless writer costs no memory), decodes as Go does, and
+answers once the output's pipes are closed by all that hold them.
 
 The zygote reads the pipes (``zygote_main.py``, stdlib-only, holds its own copy of these two
 numbers); the server only decodes.
@@ -51,6 +52,11 @@ class OutputCapture:
     absorb: int | None = ABSORB_BYTES
     #: Turns the bytes kept of a stream into the result's text.
     decode: Callable[[bytes], str] = decode_output
+    #: The run ends when every holder of its output pipes has closed them, as Go's ``cmd.Wait`` waits for its copies
+    #: of the output (Daytona's daemon), not when the program exits: a background process that keeps them holds the
+    #: result until it closes them or the timeout kills the run. Then, as at any run's end, what the program left is
+    #: killed.
+    until_closed: bool = False
 
     def __post_init__(self) -> None:
         for name in ("keep", "absorb"):

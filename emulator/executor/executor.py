@@ -633,6 +633,8 @@ class Executor:
         if capture.keep != KEEP_BYTES or capture.absorb != ABSORB_BYTES:  # the zygote's default is Sandbox Fusion's
             msg["keep"] = capture.keep
             msg["absorb"] = capture.absorb  # None: to the end
+        if capture.until_closed:
+            msg["drain"] = True
         blobs: list[bytes] = []
         if fast and request.python_script is None:  # ``python -``: the program is the stdin, the program's is empty
             msg["program_on_stdin"] = True

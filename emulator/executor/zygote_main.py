@@ -18,7 +18,11 @@ blobs whose lengths the header lists under ``"b"`` (stdin, file contents, captur
   that a bigger writer blocks on its full pipe; a request may set its own ``keep`` and ``absorb``,
   ``absorb`` null to read to the end), reaps the child, kills what is left of its
   process group and uid, and reports the exit code, the output, a setup failure if any and
-  the fetched files in one message.
+  the fetched files in one message.  A request with ``drain`` (Daytona's toolbox: Go's
+  ``cmd.Wait``) ends when every holder of its output pipes has closed them, not when the
+  program exits: a background child that keeps them holds the report until it closes them or
+  the run is killed (its timeout); the exited program stays unreaped meanwhile, so its pid,
+  and the process group named after it, stay its own.
 
 Setup failures in a child (before the program runs) are written, one atomic write each, to a
 status pipe shared by all children, keyed by pid.
@@ -350,6 +354,8 @@ class _Child:
     __slots__ = (
         "deadline",
         "done",
+        "drain",
+        "draining",
         "err",
         "exited_at",
         "hold_w",
@@ -385,6 +391,8 @@ class _Child:
         self.done: mmap.mmap | None = None  # a fast-path child's done page (see _done_early)
         self.reported = False  # its exit went to the executor before we reaped it
         self.learning: list[tuple[int, int]] | None = None  # the regions a sampled child scanned (see _learn)
+        self.drain = False  # it ends when its output pipes close, not at its exit (see _hold_for_eof)
+        self.draining = False  # exited, unreaped, its pipes still held open by what it left
 
 
 class _Plan:
@@ -1227,6 +1235,7 @@ def _register(forked: _Prepared) -> None:
         child.uid = plan.uid
     child.workdir = forked.fetch
     child.hold_w = forked.hold_w
+    child.drain = bool(plan.req.get("drain"))
     if forked.main is not None and forked.main.job is not None:
         child.done = forked.main.job.done
         child.learning = forked.main.job.learn
@@ -1412,9 +1421,40 @@ def _done_early(child: _Child, now: float) -> None:
         _sweep_uid(child.uid)
 
 
+def _hold_for_eof(child: _Child) -> bool:
+    """A ``drain`` child exited with its output pipes still open (a background process it left holds them): leave
+    it unreaped, its pidfd out of the poll, until they close (:func:`_stream_ended`) or it is killed (:func:`_kill`).
+    True when held. Only with a pidfd: the SIGCHLD fallback's wait for any child would find the zombie again and
+    again, so there it ends at its exit as any other."""
+    assert child.out is not None and child.err is not None
+    if not child.drain or child.draining or child.reported or child.killed or child.pidfd < 0:
+        return False
+    if _read_stream(child.out) & _read_stream(child.err):
+        return False  # closed already: it ends now
+    child.draining = True
+    if _State.handlers.pop(child.pidfd, None) is not None:
+        _State.epoll.unregister(child.pidfd)  # a zombie's pidfd stays readable
+    return True
+
+
+def _stream_ended(child: _Child, now: float) -> None:
+    """One of the child's streams is done with: a held ``drain`` child whose pipes have both closed ends now (its
+    group and uid killed, it reaped and reported), a fast-path child may be over (:func:`_done_early`)."""
+    if child.draining:
+        assert child.out is not None and child.err is not None
+        if not child.out.reading and not child.err.reading:
+            child.draining = False
+            _on_exit(child, now)
+    elif child.done is not None:
+        _done_early(child, now)
+
+
 def _on_exit(child: _Child, now: float) -> None:
     """The child ended: kill its group while the zombie still pins the pgid, reap it (and report it, unless
-    _done_early did)."""
+    _done_early did). A ``drain`` child whose pipes are still held waits for them (see _hold_for_eof)."""
+    if _hold_for_eof(child):
+        return
+    child.draining = False
     pid = child.pid
     reported = child.reported
     if not reported:
@@ -1439,8 +1479,8 @@ def _on_exit(child: _Child, now: float) -> None:
         os.close(child.hold_w)
         child.hold_w = -1
     if child.pidfd >= 0:
-        _State.handlers.pop(child.pidfd, None)
-        _State.epoll.unregister(child.pidfd)
+        if _State.handlers.pop(child.pidfd, None) is not None:  # a held drain child's is out of the poll already
+            _State.epoll.unregister(child.pidfd)
         os.close(child.pidfd)
         child.pidfd = -1
     if reported:
@@ -1834,6 +1874,8 @@ def _kill(req_id: int) -> None:
     _kill_group(child.pid)
     if child.uid is not None:
         _sweep_uid(child.uid)
+    if child.draining:  # exited already, its pidfd out of the poll: nothing else ends it
+        _on_exit(child, time.monotonic())
 
 
 def _shutdown() -> NoReturn:
@@ -2067,11 +2109,11 @@ def _dispatch(events: list[tuple[int, int]]) -> int:
         if kind == _K_SOCK:
             sock_events = _ev  # after the others (see below)
         elif kind == _K_OUT:
-            if _read_stream(child.out) and child.done is not None:
-                _done_early(child, now)
+            if _read_stream(child.out):
+                _stream_ended(child, now)
         elif kind == _K_ERR:
-            if _read_stream(child.err) and child.done is not None:
-                _done_early(child, now)
+            if _read_stream(child.err):
+                _stream_ended(child, now)
         elif kind == _K_PIDFD:
             _on_exit(child, now)
         elif kind == _K_STDIN:

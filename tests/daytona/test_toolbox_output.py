@@ -92,3 +92,22 @@ def test_a_bound_cutting_a_character_does_not_spoil_the_rest(tb: tuple[httpx.Cli
     answer = client.post(prefix + "/process/code-run", json={"code": code, "language": "python"}, timeout=120)
     assert answer.status_code == 200
     assert answer.json()["result"] == "a" * (OUTPUT_LIMIT - 1) + "\ufffd"
+
+
+def test_the_answer_waits_for_every_holder_of_the_output(tb: tuple[httpx.Client, str]) -> None:
+    """The daemon's ``cmd.Wait`` returns once every process holding the output's pipe has closed it: a job left in
+    the background writes into the answer, the exit code is still the shell's, and the request's timeout still
+    ends the wait (408). A job whose output goes elsewhere holds nothing (``nohup ... >/dev/null &``)."""
+    client, prefix = tb
+    late = {"command": "echo a; (sleep 0.5; echo late) & exit 3"}
+    assert client.post(prefix + "/process/execute", json=late).json() == {"exitCode": 3, "result": "a\nlate\n"}
+    code = "import subprocess\nsubprocess.Popen(['sh', '-c', 'sleep 0.5; echo bg'])\nprint('fg', flush=True)"
+    for argv in ([], ["x"]):  # python alone, and the daemon's shell line
+        body = {"code": code, "language": "python", "argv": argv}
+        assert client.post(prefix + "/process/code-run", json=body).json() == {"exitCode": 0, "result": "fg\nbg\n"}
+    start = time.monotonic()
+    held = client.post(prefix + "/process/execute", json={"command": "(sleep 60; echo never) &", "timeout": 1})
+    assert (held.status_code, held.json()["code"]) == (408, "REQUEST_TIMEOUT")
+    elsewhere = client.post(prefix + "/process/execute", json={"command": "nohup sleep 60 >/dev/null 2>&1 & echo ok"})
+    assert elsewhere.json() == {"exitCode": 0, "result": "ok\n"}
+    assert time.monotonic() - start < 20

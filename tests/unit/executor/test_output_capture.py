@@ -140,3 +140,61 @@ def test_a_large_capture_is_not_in_the_programs_forked_meanwhile(both: dict[str,
     assert held.return_code == 0 and len(held.stdout or "") == 30_000_005, held.stderr
     assert len(during) > 5
     assert max(during) - after < 10_000, (during, after)  # VmSize in kB: far less than the 30 MB held
+
+
+#: A program that leaves a process holding its stdout, which prints after the program's exit.
+LEAVES_A_WRITER = (
+    "import subprocess, sys\n"
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep({delay}); print(\"late\")'])\n"
+    "print('fg', flush=True)\n"
+)
+UNTIL_CLOSED = OutputCapture(keep=1000, absorb=None, until_closed=True)
+
+
+def test_until_closed_the_run_ends_when_every_holder_of_its_pipes_has_closed_them(runner: Runner) -> None:
+    """Go's ``cmd.Wait`` (Daytona's daemon) waits for the output's pipes: what a process the program left writes
+    before it closes them is part of the result, and the exit code is still the program's."""
+    got = _run(runner, LEAVES_A_WRITER.format(delay=0.5) + "raise SystemExit(3)", UNTIL_CLOSED)
+    assert (got.status, got.return_code, got.stdout) == ("Finished", 3, "fg\nlate\n"), got.stderr
+    assert (got.execution_time or 0) >= 0.5  # it ended when the pipe closed, not at the program's exit
+
+
+def test_by_default_a_run_ends_at_the_programs_exit(runner: Runner) -> None:
+    """Sandbox Fusion's: the program's exit ends the run, what it left is killed then."""
+    got = _run(runner, LEAVES_A_WRITER.format(delay=0.5), SANDBOX_FUSION_CAPTURE)
+    assert (got.status, got.return_code, got.stdout) == ("Finished", 0, "fg\n"), got.stderr
+
+
+def test_until_closed_the_timeout_still_ends_the_run(runner: Runner) -> None:
+    start = time.monotonic()
+    got = _run(runner, LEAVES_A_WRITER.format(delay=60), UNTIL_CLOSED, timeout=1.0)
+    assert (got.status, got.return_code, got.stdout) == ("TimeLimitExceeded", None, "fg\n"), got.stderr
+    assert time.monotonic() - start < 10
+
+
+def test_until_closed_a_process_that_holds_no_pipe_does_not_hold_the_run(runner: Runner) -> None:
+    """A background process with its output elsewhere (``nohup ... >/dev/null &``) leaves the pipes to close at the
+    program's exit: the run ends then, and the process is killed with it, as every run's leftovers are."""
+    code = (
+        "import subprocess\n"
+        "p = subprocess.Popen(['sleep', '60'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "print(p.pid)\n"
+    )
+    start = time.monotonic()
+    got = _run(runner, code, UNTIL_CLOSED, timeout=30)
+    assert (got.status, got.return_code) == ("Finished", 0), got.stderr
+    assert time.monotonic() - start < 10
+    pid = int(got.stdout or "0")
+    deadline = time.monotonic() + 10
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(pid)
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` is no process, or a zombie (killed, not yet reaped by its new parent)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
