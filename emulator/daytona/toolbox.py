@@ -152,9 +152,9 @@ def _required(struct: str, field: str) -> str:
 def code_run_line(code: str, argv: list[str], python: str) -> str:
     """The daemon's shell line for Python code (``coderun/python.go``), fed to its shell: the code in base64, decoded
     into ``python3 -u -``, and ``argv`` joined with spaces, unquoted (``formatArgv``), so that the shell splits,
-    expands and runs what they hold (``["a b", "$HOME", "x;echo hi"]`` is five arguments and then an ``echo``; a NUL
-    is dropped, as bash drops it from its input). Stderr goes where stdout goes, interleaved, as the daemon's one
-    buffer takes both; the emulator's runtime Python stands for ``python3``."""
+    expands and runs what they hold (``["a b", "$HOME", "x;echo hi"]`` gives python ``['-', 'a', 'b', <home>, 'x']``,
+    then runs an ``echo``; a NUL is dropped, as bash drops it from its input). Stderr goes where stdout goes,
+    interleaved, as the daemon's one buffer takes both; the emulator's runtime Python stands for ``python3``."""
     encoded = base64.b64encode(code.encode("utf-8", "surrogateescape")).decode("ascii")
     return f"exec 2>&1\nprintf '%s' '{encoded}' | base64 -d | {shlex.quote(python)} -u - {' '.join(argv)}"
 
