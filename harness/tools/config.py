@@ -103,11 +103,26 @@ def text_mapping(config: Mapping[str, Any], key: str) -> dict[str, str]:
     return out
 
 
-def model_timeout(value: object, default: float) -> float:
-    """The timeout a tool call asked for, or ``default`` when it is not a finite positive number.
+def max_timeout_seconds(config: Mapping[str, Any], default_timeout: float) -> float | None:
+    """``max_timeout``: the most a tool call may ask for (absent or null: no bound, as verl's tool). It may not be
+    below ``default_timeout``, which calls without a timeout of their own get."""
+    if config.get("max_timeout") is None:
+        return None
+    bound = timeout_seconds(config, "max_timeout", 0)
+    if bound < default_timeout:
+        raise ValueError(
+            f"tool config 'max_timeout' ({bound:g}) must be at least 'default_timeout' ({default_timeout:g})"
+        )
+    return bound
+
+
+def model_timeout(value: object, default: float, most: float | None = None) -> float:
+    """The timeout a tool call asked for, or ``default`` when it is not a finite positive number; at most ``most``
+    (the tool's ``max_timeout``) when one is set.
 
     Numeric strings (``"5"``) are accepted, as before; ``"inf"``, ``"nan"``, zero, negatives, bools, non-numeric
-    strings and anything else fall back to the default (the model's mistake is not an exception)."""
+    strings and anything else fall back to the default (the model's mistake is not an exception). A model asking for
+    an hour gets ``most``: one endless program must not hold a rollout that long."""
     if isinstance(value, bool):
         return default
     try:
@@ -116,7 +131,7 @@ def model_timeout(value: object, default: float) -> float:
         return default
     if not (math.isfinite(seconds) and seconds > 0 and math.isfinite(2 * seconds + 10)):
         return default
-    return seconds
+    return seconds if most is None else min(seconds, most)
 
 
 def arguments_problem(parameters: object) -> str | None:

@@ -3,7 +3,8 @@
 Reads verl-recipe's ``CustomDaytonaSandboxTool`` keys (``rate_limit``, ``enable_global_rate_limit``,
 ``create_timeout``, ``default_timeout``, ``delete_timeout``, ``auto_stop_interval``, ``auto_delete_interval``,
 ``name_prefix``, ``language``, ``snapshot``, ``labels``, ``env_vars``, ``api_key``, ``jwt_token``, ``api_url``,
-``target``, ``organization_id``). Two sandbox scopes (``sandbox_scope``):
+``target``, ``organization_id``), and ``max_timeout`` (the most a call may ask for; none). Two sandbox scopes
+(``sandbox_scope``):
 
 * ``call`` (the recipe's behaviour under verl's agent loop): a sandbox per tool call, deleted on ``release``.
 * ``trajectory``: one sandbox per trajectory (the agent loop's ``request_id``), reused across its turns so the
@@ -43,6 +44,7 @@ from harness.tools.config import (
     flag,
     int_at_least,
     json_kind,
+    max_timeout_seconds,
     model_timeout,
     optional_text,
     positive_int,
@@ -96,6 +98,7 @@ CONFIG_KEYS = VERL_KEYS | {
     "num_workers",
     "create_timeout",
     "default_timeout",
+    "max_timeout",
     "delete_timeout",
     "auto_stop_interval",
     "auto_delete_interval",
@@ -197,6 +200,7 @@ class DaytonaTool(BaseTool):
         )
         self.create_timeout = timeout_seconds(config, "create_timeout", 60)
         self.default_timeout = timeout_seconds(config, "default_timeout", 30)
+        self.max_timeout = max_timeout_seconds(config, self.default_timeout)
         self.delete_timeout = timeout_seconds(config, "delete_timeout", 60)
         # Minutes. auto_stop 0: never stopped for idleness; auto_delete 0: deleted as soon as it stops. Daytona's -1
         # ("never delete") is refused: auto-delete is the last backstop against leaked sandboxes.
@@ -539,7 +543,7 @@ class DaytonaTool(BaseTool):
         if self.normalize:
             code = normalize_code(code)
         # Not a finite positive number ("inf", "nan", -5, "soon"): the default, never an exception out of execute.
-        timeout = model_timeout(parameters.get("timeout", self.default_timeout), self.default_timeout)
+        timeout = model_timeout(parameters.get("timeout", self.default_timeout), self.default_timeout, self.max_timeout)
         applied = max(1, round(timeout))  # the interpreter takes whole seconds
         owner = instance_id
         if self.scope == "trajectory":

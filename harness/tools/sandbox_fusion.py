@@ -9,9 +9,10 @@ fault is reported in the tool metrics.
 
 Config (YAML ``config:`` of the tool entry): ``sandbox_fusion_url`` (full URL incl. ``/run_code``, as verl),
 ``num_workers`` (concurrent calls per tool, default 10), ``rate_limit`` (in-flight cap, default 10),
-``enable_global_rate_limit`` (default true), ``default_timeout`` (30), ``default_language`` ("python"),
-``memory_limit_mb`` (1024), ``retry`` (see :class:`~harness.tools.retry.RetryPolicy`), and ``rate_limiter``
-(which limiter enforces ``rate_limit``; see :func:`limiter_settings` and ``docs/ratelimit.md``).
+``enable_global_rate_limit`` (default true), ``default_timeout`` (30), ``max_timeout`` (the most a call may ask
+for; none), ``default_language`` ("python"), ``memory_limit_mb`` (1024), ``retry`` (see
+:class:`~harness.tools.retry.RetryPolicy`), and ``rate_limiter`` (which limiter enforces ``rate_limit``; see
+:func:`limiter_settings` and ``docs/ratelimit.md``).
 
 With ``enable_global_rate_limit: true`` (the default) the in-flight cap ``rate_limit`` is cluster-wide when Ray is
 initialised in the process (a named Ray actor, as verl 0.7.1's ``TokenBucketWorker``, but FIFO, bounded,
@@ -52,6 +53,7 @@ from harness.tools.config import (
     arguments_problem,
     check_keys,
     flag,
+    max_timeout_seconds,
     model_timeout,
     positive_int,
     timeout_seconds,
@@ -74,6 +76,7 @@ CONFIG_KEYS = VERL_KEYS | {
     "enable_global_rate_limit",
     "rate_limiter",
     "default_timeout",
+    "max_timeout",
     "default_language",
     "memory_limit_mb",
     "retry",
@@ -177,6 +180,7 @@ class SandboxFusionTool(BaseTool):
         self.enable_global_rate_limit = flag(config, "enable_global_rate_limit", True)
         self.limiter_backend, self.limiter_config, self.limiter_options = limiter_settings(config, self.rate_limit)
         self.default_timeout = timeout_seconds(config, "default_timeout", 30)
+        self.max_timeout = max_timeout_seconds(config, self.default_timeout)
         self.default_language = config.get("default_language", "python")
         if self.default_language not in SUPPORTED_LANGUAGES:  # else every call without a language fails unseen
             raise ValueError(
@@ -226,7 +230,7 @@ class SandboxFusionTool(BaseTool):
             return ToolResponse(text=text), 0.0, _no_call_metrics("invalid_arguments")
         code = parameters.get("code", "")
         # Not a finite positive number ("inf", "nan", -5, "soon"): the default, never an exception or a NaN on the wire.
-        timeout = model_timeout(parameters.get("timeout", self.default_timeout), self.default_timeout)
+        timeout = model_timeout(parameters.get("timeout", self.default_timeout), self.default_timeout, self.max_timeout)
         language = parameters.get("language", self.default_language)
         if not isinstance(code, str):
             code = json.dumps(code)

@@ -29,6 +29,10 @@ COMMON_BAD: list[tuple[dict[str, Any], str]] = [
     ({"default_timeout": -1}, "default_timeout"),
     ({"default_timeout": "30"}, "default_timeout"),
     ({"default_timeout": True}, "default_timeout"),
+    ({"max_timeout": INF}, "max_timeout"),
+    ({"max_timeout": 0}, "max_timeout"),
+    ({"max_timeout": "60"}, "max_timeout"),
+    ({"max_timeout": 10, "default_timeout": 30}, "must be at least 'default_timeout' (30)"),
     ({"enable_global_rate_limit": "false"}, "enable_global_rate_limit"),
     ({"enable_global_rate_limit": 0}, "enable_global_rate_limit"),
     ({"retry": {"max_attempts": INF}}, "retry.max_attempts"),
@@ -247,6 +251,45 @@ def test_sandbox_fusion_sends_the_default_not_nan(sandbox_emulator: EmulatorServ
     monkeypatch.setattr(tool, "_call_once", spy)
     _sandbox_fusion_calls(tool, [{"code": "print(1)", "timeout": "nan"}, {"code": "print(1)", "timeout": "2.5"}])
     assert sent == [7.0, 2.5]
+
+
+def test_sandbox_fusion_caps_the_models_timeout_at_max_timeout(
+    sandbox_emulator: EmulatorServer, monkeypatch: Any
+) -> None:
+    """A model asking for an hour gets ``max_timeout``: one endless program must not hold its rollout that long."""
+    tool = make_sandbox_fusion(sandbox_emulator.run_code_url, default_timeout=7, max_timeout=20)
+    sent: list[float] = []
+    original = tool._call_once
+
+    async def spy(code: str, timeout: float, language: str) -> Any:
+        sent.append(timeout)
+        return await original(code, timeout, language)
+
+    monkeypatch.setattr(tool, "_call_once", spy)
+    calls = [{"code": "print(1)", "timeout": t} for t in (3600, "12", None)] + [{"code": "print(1)"}]
+    _sandbox_fusion_calls(tool, calls)
+    assert sent == [20.0, 12.0, 7.0, 7.0]
+    assert make_sandbox_fusion(sandbox_emulator.run_code_url, max_timeout=None).max_timeout is None  # no bound
+
+
+def test_daytona_caps_the_models_timeout_at_max_timeout(sandbox_emulator: EmulatorServer) -> None:
+    tool = make_daytona(
+        sandbox_emulator.url + "/api",
+        sandbox_emulator.emulator.config.daytona.api_key,
+        default_timeout=1,
+        max_timeout=1,
+    )
+
+    async def main() -> tuple[str | None, Any]:
+        try:
+            instance_id, _ = await tool.create()
+            response, _, metrics = await tool.execute(instance_id, {"code": "while True: pass", "timeout": 3600})
+            await tool.release(instance_id)
+        finally:
+            await tool.aclose()
+        return response.text, metrics["status"]
+
+    assert asyncio.run(main()) == ("Execution timed out after 1 seconds.", "timeout")
 
 
 def test_daytona_bad_model_timeout_falls_back_and_reports_the_applied_timeout(
