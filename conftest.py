@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from hypothesis import settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 pytest_plugins = ["pytester"]
 
@@ -28,7 +29,15 @@ settings.register_profile(
 )
 # ``--hypothesis-profile=explore`` (``make explore``): new random examples each run, hypothesis' usual example
 # counts, failures kept in ``.hypothesis/`` and printed with a reproduction blob.
-settings.register_profile("explore", _HYPOTHESIS_DEFAULT, derandomize=False, deadline=None, print_blob=True)
+# The database is named: under a CI variable hypothesis' own defaults have none.
+settings.register_profile(
+    "explore",
+    _HYPOTHESIS_DEFAULT,
+    derandomize=False,
+    deadline=None,
+    print_blob=True,
+    database=DirectoryBasedExampleDatabase(".hypothesis/examples"),
+)
 # Hypothesis loads its own ``ci`` profile when it sees a CI variable: the project's default applies there too.
 settings.load_profile("default")
 
