@@ -1235,7 +1235,8 @@ def _register(forked: _Prepared) -> None:
         child.uid = plan.uid
     child.workdir = forked.fetch
     child.hold_w = forked.hold_w
-    child.drain = bool(plan.req.get("drain"))
+    if plan.req.get("drain"):
+        child.drain = True
     if forked.main is not None and forked.main.job is not None:
         child.done = forked.main.job.done
         child.learning = forked.main.job.learn
@@ -1452,9 +1453,10 @@ def _stream_ended(child: _Child, now: float) -> None:
 def _on_exit(child: _Child, now: float) -> None:
     """The child ended: kill its group while the zombie still pins the pgid, reap it (and report it, unless
     _done_early did). A ``drain`` child whose pipes are still held waits for them (see _hold_for_eof)."""
-    if _hold_for_eof(child):
-        return
-    child.draining = False
+    if child.drain:  # (Sandbox Fusion's runs never drain: their path stays as it was)
+        if _hold_for_eof(child):
+            return
+        child.draining = False
     pid = child.pid
     reported = child.reported
     if not reported:
@@ -2109,10 +2111,10 @@ def _dispatch(events: list[tuple[int, int]]) -> int:
         if kind == _K_SOCK:
             sock_events = _ev  # after the others (see below)
         elif kind == _K_OUT:
-            if _read_stream(child.out):
+            if _read_stream(child.out) and (child.done is not None or child.draining):
                 _stream_ended(child, now)
         elif kind == _K_ERR:
-            if _read_stream(child.err):
+            if _read_stream(child.err) and (child.done is not None or child.draining):
                 _stream_ended(child, now)
         elif kind == _K_PIDFD:
             _on_exit(child, now)
