@@ -21,9 +21,11 @@ from collections.abc import Awaitable, Callable, Container
 from typing import Any, NoReturn, TypeVar
 
 from starlette.datastructures import URL
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
-from starlette.routing import Match, Router
+from starlette.routing import BaseRoute, Match, Router
+from starlette.types import Scope
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from emulator.executor import Executor, start_gate
@@ -977,27 +979,43 @@ def _not_emulated(request: Request) -> str:
 
 
 def _keep_slash_redirects(endpoint: Endpoint, router: Router, unserved: list[Endpoint]) -> Endpoint:
-    """``endpoint`` for a catch-all route, after the 307 that Starlette's ``redirect_slashes`` gave before the
-    catch-all took its paths: to the path with its trailing slash added or taken away, when a route other than a
-    catch-all serves that (``GET /files/info/``)."""
+    """``endpoint`` for a catch-all route, after what Starlette's router answered before the catch-all took its
+    paths: the 405 of a route served at the path for other methods (``PUT /files``), else a 307 to the path with its
+    trailing slash added or taken away when a route other than a catch-all serves that for this method
+    (``GET /files/info/``), or the 405 that redirect would have met."""
 
     async def answer(request: Request) -> Response:
-        twin = _slash_twin(request, router, unserved)
-        return RedirectResponse(twin) if twin is not None else await endpoint(request)
+        path: str = request.scope["path"]
+        _refuse_other_method(request.scope, router, unserved)
+        if path != "/":
+            twin = {**request.scope, "path": path.rstrip("/") if path.endswith("/") else path + "/"}
+            if _served_match(twin, router, unserved, Match.FULL) is not None:
+                return RedirectResponse(str(URL(scope=twin)))
+            _refuse_other_method(twin, router, unserved)
+        return await endpoint(request)
 
     unserved.append(answer)
     return answer
 
 
-def _slash_twin(request: Request, router: Router, skip: Container[object]) -> str | None:
-    path: str = request.scope["path"]
-    if path == "/":
-        return None
-    scope = {**request.scope, "path": path.rstrip("/") if path.endswith("/") else path + "/"}
+def _served_match(scope: Scope, router: Router, skip: Container[object], wanted: Match) -> BaseRoute | None:
+    """The first route other than a catch-all that matches ``scope`` as ``wanted`` (FULL: path and method; PARTIAL:
+    the path alone), as Starlette's router picks them."""
     for route in router.routes:
-        if getattr(route, "endpoint", None) not in skip and route.matches(scope)[0] != Match.NONE:
-            return str(URL(scope=scope))
+        if getattr(route, "endpoint", None) not in skip and route.matches(scope)[0] == wanted:
+            return route
     return None
+
+
+def _refuse_other_method(scope: Scope, router: Router, skip: Container[object]) -> None:
+    """Starlette's 405 (with its ``Allow``) where a served route has ``scope``'s path but not its method: neither
+    "not emulated" (the route is) nor a redirect (its twin would send the client back, a loop)."""
+    if _served_match(scope, router, skip, Match.FULL) is not None:
+        return  # a catch-all placed before a route served on purpose (``GET /sandbox/paginated``)
+    route = _served_match(scope, router, skip, Match.PARTIAL)
+    methods = getattr(route, "methods", None)
+    if route is not None and methods:
+        raise HTTPException(status_code=405, headers={"Allow": ", ".join(methods)})
 
 
 def _bool_query(request: Request, name: str) -> bool | None:

@@ -239,3 +239,26 @@ def test_an_ephemeral_sandbox_stopped_with_a_destroy_latency_stays_until_its_tea
         assert (again.status_code, again.json()["message"]) == (409, "Sandbox state change in progress")
         clock.now += 5
         assert httpx.get(url, headers=HEADERS).status_code == 404
+
+
+def test_a_route_served_for_other_methods_answers_405_not_a_redirect_or_501(
+    served: EmulatorServer, daytona: Daytona
+) -> None:
+    """Where a route serves the path for other methods, the answer is Starlette's 405 with its ``Allow`` (as before
+    the catch-alls): not "not emulated" (the route is), nor a 307 to the slash twin, whose own 307 would come back."""
+    sandbox = daytona.create()
+    tb = f"{served.url}/toolbox/{sandbox.id}"
+    calls = [
+        ("PUT", f"{tb}/files", "GET"),
+        ("POST", f"{tb}/files/", "GET"),
+        ("GET", f"{tb}/process/execute", "POST"),
+        ("POST", f"{tb}/files/info/", "GET"),  # the twin /files/info serves GET only: no redirect to it
+        ("PATCH", f"{served.url}/api/sandbox/{sandbox.id}", "GET"),
+        ("GET", f"{served.url}/api/sandbox/{sandbox.id}/start", "POST"),
+    ]
+    with httpx.Client(headers=HEADERS, follow_redirects=True) as client:
+        for method, url, allowed in calls:
+            answer = client.request(method, url)
+            assert (answer.status_code, answer.history) == (405, []), (method, url)
+            assert allowed in answer.headers["allow"].split(", "), (method, url)
+            assert answer.json() == {"detail": "Method Not Allowed"}, (method, url)
