@@ -6,14 +6,19 @@ malformed one the scanner's ``invalid character 'x' looking for beginning of val
 that is no object ``json: cannot unmarshal array into Go value of type process.ExecuteRequest``. A ``null`` body
 leaves the struct empty (its validator then names the required fields); what follows the first value is never read;
 a key names a field without regard to case; a byte that is no UTF-8 in a string is U+FFFD.
+
+The C parser finds the first value's end, or where the body stops being JSON; Go's scanner, a Python step a byte,
+only words the error, from a short text that leaves it in the state the body left it in (a body of megabytes cut
+short would otherwise hold the server's loop for seconds).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from .go_json import as_go_decodes, go_string
 
@@ -22,8 +27,10 @@ _MAX_DEPTH = 10000
 _SPACE = frozenset(b" \t\r\n")
 _DIGITS = frozenset(b"0123456789")
 _HEX = frozenset(b"0123456789abcdefABCDEF")
-#: The bytes a string may hold that end no step of the scanner: whole runs of them are taken at once.
-_STRING_RUN = re.compile(rb'[^"\\\x00-\x1f]+')
+#: What a string may hold that leaves the scanner in the string (its bytes, whole escapes): runs are taken at once.
+_STRING_RUN = re.compile(rb'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})+')
+#: A run of digits, which leaves a number's scanner where it was: taken at once.
+_DIGIT_RUN = re.compile(rb"[0-9]+")
 _OBJECT_KEY, _OBJECT_VALUE, _ARRAY_VALUE = range(3)
 _CONTINUE, _END, _ERROR = range(3)
 
@@ -242,15 +249,15 @@ class _Scanner:
 
 def first_value(data: bytes) -> bytes:
     """The bytes of ``data``'s first JSON value, as Go's ``Decoder.readValue`` finds its end (an object or array at
-    its closing bracket, a scalar at the byte after it); GoDecodeError with Go's words when there is none."""
+    its closing bracket, a scalar at the byte after it); GoDecodeError with Go's words when there is none. Stepped in
+    Python, but a run of a string's characters or of a number's digits at once."""
     scanner = _Scanner()
     at, size = 0, len(data)
     while at < size:
-        if scanner.step == scanner.in_string:
-            run = _STRING_RUN.match(data, at)
-            if run is not None:
-                at = run.end()
-                continue
+        run = _skip(scanner, data, at)
+        if run is not None:
+            at = run
+            continue
         scanner.nested_end = False
         result = scanner.step(data[at])
         if result == _ERROR:
@@ -263,6 +270,113 @@ def first_value(data: bytes) -> bytes:
     if scanner.step(ord(" ")) == _END:
         return data
     raise GoDecodeError("unexpected EOF" if any(c not in _SPACE for c in data) else "EOF")
+
+
+def _skip(scanner: _Scanner, data: bytes, at: int) -> int | None:
+    """Where a run that leaves ``scanner`` in its state ends (a string's characters, a number's digits), if one
+    starts at ``at``."""
+    if scanner.step == scanner.in_string:
+        run = _STRING_RUN.match(data, at)
+    elif scanner.step in (scanner.digits, scanner.fraction, scanner.exponent_digits):
+        run = _DIGIT_RUN.match(data, at)
+    else:
+        return None
+    return None if run is None else run.end()
+
+
+#: Finds where a body's first value ends, or where it stops being JSON, at C speed; its numbers and constants are
+#: not kept (only positions are wanted).
+_C_PARSER = json.JSONDecoder(parse_int=str, parse_float=str, parse_constant=str)
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BLANKS = re.compile(rb"[ \t\r\n]+")
+#: The bytes of the scalars once strings are ``""``.
+_SCALAR_BYTES = b'"+-.0123456789Eaeflnrstu'
+_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
+#: What stands for a container left open before the innermost one (which holds the next).
+_HOLDING = {ord("["): b"[", ord("{"): b'{"":'}
+#: What stands for the innermost open container, by the last byte before the scalar the prefix ends with: just
+#: opened, after a separator, after a closed container (any value will do).
+_INNERMOST = {
+    (ord("["), ord("[")): b"[",
+    (ord("{"), ord("{")): b"{",
+    (ord("["), ord(",")): b'["",',
+    (ord("{"), ord(",")): b'{"":"",',
+    (ord("{"), ord(":")): b'{"":',
+    (ord("["), ord("]")): b'[""',
+    (ord("["), ord("}")): b'[""',
+    (ord("{"), ord("]")): b'{"":""',
+    (ord("{"), ord("}")): b'{"":""',
+}
+
+
+def _first_value_end(data: bytes) -> int:
+    """The end of the first value of ``data`` (no UTF-8), an object or an array, found by the C parser; GoDecodeError
+    with Go's words where it finds none. ValueError where the C parser cannot say."""
+    text = data.decode("latin-1")  # a character a byte, so that positions are the body's
+    text = text.replace("NaN", "\xffaN").replace("Infinity", "\xffnfinity")  # no JSON to Go: refused where Go does
+    if not _opens_container(text):
+        raise ValueError("not an object or array")
+    try:
+        return _C_PARSER.raw_decode(text, _blanks_before(text))[1]
+    except json.JSONDecodeError as failed:
+        _raise_go_error(data, failed.msg, failed.pos)
+
+
+def _blanks_before(text: str) -> int:
+    return len(text) - len(text.lstrip(" \t\r\n"))
+
+
+def _opens_container(text: str) -> bool:
+    start = _blanks_before(text)
+    return text[start : start + 1] in ("{", "[")
+
+
+def _raise_go_error(data: bytes, reason: str, at: int) -> NoReturn:
+    """Go's error for ``data``, which the C parser refused at byte ``at`` for ``reason``, from Go's scanner run on
+    the bytes around ``at`` only; ValueError if it takes them (the two parsers disagree: the caller scans all)."""
+    first_value(_go_lead(data, reason, at))
+    raise ValueError("Go's scanner takes what the C parser refused")
+
+
+def _go_lead(data: bytes, reason: str, at: int) -> bytes:
+    """Bytes that give Go's scanner the state it has at ``at``, where the C parser refused ``data`` for ``reason``
+    (an open string, or a skeleton of all before), then the body from there: so only the bytes around ``at`` are
+    stepped."""
+    if reason.startswith(("Unterminated string", "Invalid control character", "Invalid \\")):
+        back = {"Unterminated string starting at": 1, "Invalid \\uXXXX escape": -1}.get(reason, 0)
+        return b'["' + data[at + back :]  # in a string, Go's words do not depend on what holds the string
+    return _skeleton(data[:at]) + data[at:]
+
+
+def _skeleton(prefix: bytes) -> bytes:
+    """A short text that leaves Go's scanner as ``prefix`` (JSON so far, no string open) does: the containers left
+    open, the last separator or bracket, then the scalar the prefix ends with as it is (the byte after it may
+    continue it) and a blank after that. C code's passes over the text, then a step a bracket."""
+    text = _BLANKS.sub(b"", _STRING.sub(b'""', prefix))
+    body = text.rstrip(_SCALAR_BYTES)
+    tail = text[len(body) :] + (b" " if prefix[-1:] in (b" ", b"\t", b"\r", b"\n") else b"")
+    opened = _open_containers(body.translate(None, _NOT_BRACKETS))
+    if not opened or (opened[-1], body[-1]) not in _INNERMOST:
+        raise ValueError("no container open")  # not a prefix of JSON: the C parser would have said
+    return b"".join(_HOLDING[c] for c in opened[:-1]) + _INNERMOST[opened[-1], body[-1]] + tail
+
+
+def _open_containers(brackets: bytes) -> bytes:
+    """The brackets left open in ``brackets`` (a prefix of JSON's, balanced as it goes), outermost first: the pairs
+    closed inside are taken away by passes of ``bytes.replace`` while they shorten it much, the rest a bracket a
+    step."""
+    while True:
+        folded = brackets.replace(b"[]", b"").replace(b"{}", b"")
+        if len(folded) * 2 > len(brackets):
+            break
+        brackets = folded
+    stack = bytearray()
+    for c in folded:
+        if c in (0x5B, 0x7B):
+            stack.append(c)
+        else:
+            stack.pop()
+    return bytes(stack)
 
 
 class _Object(dict[str, Any]):
@@ -302,14 +416,49 @@ def _refuse(name: str) -> Any:
     raise ValueError(f"{name} is no JSON")
 
 
+_VALUES = json.JSONDecoder(object_pairs_hook=_object, parse_constant=_refuse)
+
+
 def _decoded(data: bytes) -> Any:
-    """The first JSON value of ``data``. A body that is one strict JSON value in UTF-8 (every body a client sends)
-    is read as it is; any other is scanned as Go scans it first, for its end or Go's error."""
+    """The first JSON value of ``data``, found by the C parser where it can say where that ends (an object or an
+    array) or the body is that value alone; Go's scanner steps only what words an error, or the whole body where the
+    C parser cannot say (a scalar's end, a body nested deeper than it goes, NaN)."""
     try:
-        return json.loads(data.decode("utf-8"), object_pairs_hook=_object, parse_constant=_refuse)
-    except (ValueError, RecursionError):  # not UTF-8, not JSON, more after the value, nested too deep
-        pass
-    raw = first_value(data)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return _decoded_from_bytes(data)
+    try:
+        value, end = _VALUES.raw_decode(text, _blanks_before(text))
+    except json.JSONDecodeError as failed:
+        if _opens_container(text):
+            with contextlib.suppress(ValueError):  # the parsers disagree: Go's scanner on all of it
+                _raise_go_error(data, failed.msg, len(text[: failed.pos].encode()))
+        return _scanned(data)
+    except RecursionError:  # nested deeper than the C parser goes
+        return _scanned(data)
+    except ValueError:  # NaN or Infinity, which Go refuses: found again with them made no JSON
+        return _decoded_from_bytes(data)
+    if isinstance(value, dict | list) or not text[end:].strip(" \t\r\n"):
+        return value
+    return _scanned(data)  # a scalar with more after it, which Go may not end where Python does (``1.x``)
+
+
+def _decoded_from_bytes(data: bytes) -> Any:
+    """The first value of a body that is no UTF-8 (or holds what Python takes for a constant): its end found by the
+    C parser a byte a character, then decoded as Go decodes its bytes."""
+    try:
+        raw = data[: _first_value_end(data)]
+    except (ValueError, RecursionError):
+        raw = first_value(data)
+    return _go_loads(raw)
+
+
+def _scanned(data: bytes) -> Any:
+    """The first value of ``data`` as Go's scanner alone finds it."""
+    return _go_loads(first_value(data))
+
+
+def _go_loads(raw: bytes) -> Any:
     try:
         return json.loads(go_string(raw), object_pairs_hook=_object)
     except RecursionError:  # deeper than Python's parser goes (Go's own limit is 10,000)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from emulator.daytona import go_decode
 from emulator.daytona.go_decode import GoDecodeError, bind_json
 
 FIELDS = ("command", "timeout", "cwd", "envs")
@@ -79,3 +80,46 @@ def test_a_key_names_a_field_as_gos_fold_compares_them() -> None:
     fields = ("sessionId",)
     assert bind_json('{"\u017fESSIONID": "x"}'.encode(), "session.CreateSessionRequest", fields) == {"sessionId": "x"}
     assert bind_json('{"\u00dfessionId": "x"}'.encode(), "session.CreateSessionRequest", fields) == {}
+
+
+#: A long body whose first value is cut short or goes wrong far in: (prefix repeated, end, Go's words).
+_LONG_BODIES = [
+    (b"0,", b"", "unexpected EOF"),
+    (b"0,", b"0 1", "invalid character '1' after array element"),
+    (b'{"k": "v\\"]", "n": [1, {"a": []}]}, ', b"[1.5e3 .", "invalid character '.' after array element"),
+    (b"[[], [[]]], ", b'{"a" "b"}', "invalid character '\"' after object key"),
+    (b'"x\\u00e9", ', b'"a\\u12', "unexpected EOF"),
+    (b"true, ", b"-Infinity", "invalid character 'I' in numeric literal"),
+    (b"[" * 300 + b"]" * 300 + b",", b'{"a": "\x01"}', "invalid character '\\x01' in string literal"),
+]
+
+
+@pytest.mark.parametrize(("item", "end", "error"), _LONG_BODIES)
+def test_a_long_malformed_body_steps_gos_scanner_only_around_the_error(
+    item: bytes, end: bytes, error: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The C parser finds where a body stops being JSON; Go's scanner, a Python step a byte, words the error from a
+    few bytes that stand for all before (a 4 MB body cut short held the server's loop for seconds when it scanned
+    all of it). Its words are those of a scan of the whole body."""
+    body = b'{"command": "ls", "pad": [' + item * (1_000_000 // len(item)) + end
+    with pytest.raises(GoDecodeError) as whole:
+        go_decode.first_value(body)
+    scanned: list[int] = []
+    first_value = go_decode.first_value
+
+    def counted(data: bytes) -> bytes:
+        scanned.append(len(data))
+        return first_value(data)
+
+    monkeypatch.setattr(go_decode, "first_value", counted)
+    with pytest.raises(GoDecodeError) as refused:
+        bind_json(body, TYPE, FIELDS)
+    assert str(refused.value) == str(whole.value) == error
+    assert scanned and max(scanned) < 64 + len(end)
+
+
+def test_a_body_the_c_parser_reads_is_not_scanned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first value followed by more (which Go never reads) is found by the C parser alone."""
+    monkeypatch.setattr(go_decode, "first_value", lambda data: pytest.fail("scanned"))
+    body = b'{"command": "ls", "pad": [' + b"0," * 100_000 + b"0]} trailing {"
+    assert bind_json(body, TYPE, FIELDS) == {"command": "ls"}
