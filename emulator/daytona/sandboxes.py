@@ -146,6 +146,16 @@ def _str_dict(value: Any, field_name: str) -> dict[str, str]:
     return dict(value)
 
 
+def _refuse_nul(body: dict[str, Any], labels: dict[str, str], env: dict[str, str]) -> None:
+    """The API's 500 for a creation that stores a NUL: Postgres refuses one in any text (the name, snapshot, region,
+    user and the labels' and env's keys and values), and the API's exception filter answers the failed query. Never
+    stored, no such sandbox reaches a process (whose environment could not hold it)."""
+    texts = [body.get(key) for key in ("name", "snapshot", "target", "user", "networkAllowList")]
+    texts += [*labels, *labels.values(), *env, *env.values()]
+    if any(isinstance(text, str) and "\0" in text for text in texts):
+        raise ApiError(500, intervals.UNEXPECTED_ERROR)
+
+
 #: The least value each numeric field of a creation takes (-1 for autoDeleteInterval: never).
 _LEAST = {"cpu": 1, "memory": 1, "disk": 1, "gpu": 0, "autoDeleteInterval": -1}
 #: The auto-stop and auto-archive intervals' sign is the API's own check (:mod:`emulator.daytona.intervals`).
@@ -266,6 +276,7 @@ class SandboxStore:
                     if other.name == name:
                         raise ApiError(409, f"Sandbox with name {name} already exists")
             self._check_quotas(cpu, memory, disk)
+            _refuse_nul(body, labels, env)  # at the query, after every check
             sandbox_id = str(uuid.uuid4())
             now = self._now()
             stamp = now_iso()

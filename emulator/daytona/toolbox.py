@@ -160,8 +160,10 @@ def code_run_line(code: str, argv: list[str], python: str) -> str:
 
 
 def _holds_nul(envs: dict[str, str]) -> bool:
-    """Whether an env value holds a NUL, which Go's ``exec.Cmd`` refuses (the names are checked before)."""
-    return any("\0" in value for value in envs.values())
+    """Whether an entry of a process's environment holds a NUL, which Go's ``exec.Cmd`` refuses. Checked on the
+    whole environment (the sandbox's own and the request's), so that none reaches the executor's child, where it
+    would fail after the fork."""
+    return any("\0" in name or "\0" in value for name, value in envs.items())
 
 
 def _combined(result: ExecutionResult) -> str:
@@ -288,13 +290,14 @@ class Toolbox:
             raise ApiError(400, prefix + _required("ExecuteRequest", "Command"))
         if not command.strip():
             raise ApiError(400, "bad request: command cannot be empty or whitespace-only")
-        if _holds_nul(envs):  # Go's exec.Cmd refuses the environment before it starts anything
+        env = self._envs(sandbox, envs)
+        if _holds_nul(env):  # Go's exec.Cmd refuses the environment before it starts anything
             return {"exitCode": -1, "result": ENV_NUL}
         refusal = chdir_refusal(process_dir(sandbox, cwd)) if cwd else None
         if refusal is not None:  # the child's chdir failed: Go's error for the start
             return {"exitCode": -1, "result": f"fork/exec {SHELL}: {refusal}"}
         try:
-            result = await self.shell(sandbox, command, cwd or None, self._envs(sandbox, envs), self._timeout(seconds))
+            result = await self.shell(sandbox, command, cwd or None, env, self._timeout(seconds))
         except StartFailed as failed:  # the daemon's cmd.Start error (descriptors or processes run out): 200, -1
             return {"exitCode": -1, "result": failed.message}
         return {"exitCode": _shell_exit_code(result), "result": _combined(result)}
@@ -321,9 +324,9 @@ class Toolbox:
             raise ApiError(400, prefix + "\n".join(missing), INVALID_BODY_CODE)
         if language != "python":
             raise ApiError(400, f"bad request: unsupported language: {language}")
-        if _holds_nul(envs):  # Go's exec.Cmd refuses the environment before it starts anything
-            return {"exitCode": -1, "result": ENV_NUL}
         env = self._envs(sandbox, envs)
+        if _holds_nul(env):  # Go's exec.Cmd refuses the environment before it starts anything
+            return {"exitCode": -1, "result": ENV_NUL}
         # As the daemon runs it: ``python3 -u -`` reading the code from its stdin (``<stdin>`` in tracebacks,
         # ``sys.argv[0] == '-'``, an empty stdin left to the code). Without argv, python alone (the fast path): what
         # its shell would add is an exit code, 128 + N for a signal. With argv, the daemon's shell line itself.

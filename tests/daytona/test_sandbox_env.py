@@ -82,3 +82,53 @@ def test_a_sandbox_without_a_snapshot_has_an_empty_one(server: EmulatorServer, a
         json={"command": 'echo "[${DAYTONA_SANDBOX_SNAPSHOT-unset}] $DAYTONA_SANDBOX_ID $DAYTONA_REGION_ID"'},
     )
     assert ran.json()["result"] == f"[] {made['id']} {made['target']}\n"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"snapshot": "a\u0000b"},
+        {"target": "a\u0000b"},
+        {"name": "a\u0000b"},
+        {"user": "a\u0000b"},
+        {"labels": {"k": "a\u0000b"}},
+        {"labels": {"a\u0000b": "v"}},
+        {"env": {"K": "a\u0000b"}},
+        {"env": {"a\u0000b": "v"}},
+    ],
+)
+def test_a_creation_storing_a_nul_is_the_apis_500_and_no_sandbox(
+    server: EmulatorServer, api_key: str, body: dict[str, object]
+) -> None:
+    """Postgres refuses a NUL in text: the API's exception filter answers the failed query, and nothing is stored (a
+    stored one would break every command of the sandbox, its environment unable to hold the value)."""
+    client = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
+    created = client.post("/api/sandbox", json=body)
+    assert (created.status_code, created.json()["message"]) == (500, "An unexpected error occurred."), body
+    assert server.emulator.daytona.store.alive() == 0
+    assert client.get("/api/sandbox").json()["items"] == []
+
+
+@pytest.mark.parametrize(
+    ("route", "body"),
+    [
+        ("execute", {"command": "echo ran"}),
+        ("code-run", {"code": "print('ran')", "language": "python"}),
+        ("code-run", {"code": "print('ran')", "language": "python", "argv": ["x"]}),
+    ],
+)
+def test_a_nul_in_the_sandboxs_own_environment_fails_the_start_as_gos_exec_does(
+    server: EmulatorServer,
+    sandbox: tuple[httpx.Client, dict[str, object]],
+    route: str,
+    body: dict[str, object],
+) -> None:
+    """The whole environment is checked, not only the request's ``envs``: a sandbox value holding a NUL (here put on
+    the stored sandbox, as no creation can) is Go's refusal, never a failure in the child after its fork."""
+    client, made = sandbox
+    server.emulator.daytona.store.get(str(made["id"])).snapshot = "a\u0000b"
+    answer = client.post(f"/toolbox/{made['id']}/process/{route}", json=body)
+    assert (answer.status_code, answer.json()) == (
+        200,
+        {"exitCode": -1, "result": "exec: environment variable contains NUL"},
+    )
