@@ -103,13 +103,36 @@ def process_dir(sandbox: Sandbox, cwd: str) -> str:
     host's file system but for its home, so a relative ``cwd`` is under the home (the daemon's own directory), one
     under ``/home/<user>`` is in the home (a host directory), and any other absolute path is the host's (``/tmp``,
     ``/usr``, ``/``), which the code would reach with its own ``cd``. Not the file API's mapping: its private tree
-    for other absolute paths is no directory that any code runs in."""
+    for other absolute paths is no directory that any code runs in.
+
+    The path is walked as the kernel walks it in the container (:func:`_walk`), so that a ``..`` climbs out of the
+    home where the container's would (``/home/daytona/..`` is ``/home``), never into the host directory that holds
+    the sandboxes' homes, while a ``..`` after a link is taken from where the link led."""
+    if "\0" in cwd:
+        return cwd  # no path holds one: the kernel's refusal
     user_home = f"/home/{sandbox.user}"
-    if not cwd.startswith("/"):
-        return os.path.join(sandbox.home, cwd)
-    if cwd == user_home or cwd.startswith(user_home + "/"):
-        return sandbox.home + cwd[len(user_home) :]
-    return cwd
+    path = cwd if cwd.startswith("/") else f"{user_home}/{cwd}"
+    return _walk(sandbox, [element for element in path.split("/") if element not in ("", ".")])
+
+
+def _walk(sandbox: Sandbox, elements: list[str]) -> str:
+    """The host path of the container path ``/`` + ``elements``: each element taken from the directory reached so
+    far (a link followed where it stands), ``/home/<user>`` the home and the home's ``..`` the container's ``/home``.
+    Where the walk meets what is no directory, the rest is left as it is, for the kernel's own refusal."""
+    home = os.path.realpath(sandbox.home)
+    current = "/"
+    for index, element in enumerate(elements):
+        if current not in ("/home", home) and not os.path.isdir(current):
+            return os.path.join(current, *elements[index:])
+        if element == "..":
+            current = "/home" if current == home else os.path.dirname(current)
+        elif current == "/home" and element == sandbox.user:
+            current = home
+        elif current == "/" and element == "home":
+            current = "/home"  # the container's, which holds the home whatever the host has there
+        else:
+            current = os.path.realpath(os.path.join(current, element))
+    return current
 
 
 def sandbox_env(sandbox: Sandbox) -> dict[str, str]:

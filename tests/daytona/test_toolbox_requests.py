@@ -100,6 +100,30 @@ def test_execute_in_the_users_home_and_below_it(tb: tuple[httpx.Client, str]) ->
         assert ran.json() == {"exitCode": 0, "result": seen + "\n"}, cwd
 
 
+@pytest.mark.parametrize(
+    ("cwd", "seen"),
+    [
+        ("/home/daytona/..", "/home"),
+        ("/home/daytona/../../etc", "/etc"),
+        ("../..", "/"),
+        ("/home/./daytona/x/..", ""),
+        ("/home/daytona/../daytona/x", "x"),
+        ("a/../..", ""),  # a is b/c: its ".." is b, not the home's parent
+    ],
+)
+def test_a_dotdot_in_cwd_climbs_as_in_the_container(tb: tuple[httpx.Client, str], cwd: str, seen: str) -> None:
+    """``cwd`` is walked as in the container before the home is mapped: ``/home/daytona/..`` is ``/home`` (never
+    the host directory that holds the sandboxes' homes), ``/home/daytona/../../etc`` is ``/etc``, a path that climbs
+    back into the home is in the home (``seen`` relative to it), and a ``..`` after a link is taken from where the
+    link led, as the kernel takes it."""
+    client, prefix = tb
+    home = client.get(prefix + "/user-home-dir").json()["dir"]
+    client.post(prefix + "/process/execute", json={"command": "mkdir -p x b/c && ln -s b/c a"})
+    ran = client.post(prefix + "/process/execute", json={"command": "pwd", "cwd": cwd})
+    expected = os.path.realpath(seen) if seen.startswith("/") else os.path.join(home, seen).rstrip("/")
+    assert ran.json() == {"exitCode": 0, "result": expected + "\n"}, cwd
+
+
 def test_execute_in_a_path_no_directory_can_have(tb: tuple[httpx.Client, str]) -> None:
     """Go's ``forkExec`` refuses a directory holding a NUL before it forks: the start's error, exit code -1."""
     client, prefix = tb
