@@ -92,6 +92,7 @@ PROFILES: dict[str, dict[str, Any]] = {
                     "daytona.sandbox.autoarchive",
                     "daytona.sandbox.public",
                     "daytona.sandbox.last_activity",
+                    "daytona.not_emulated",  # the 501 of an API route not emulated, which the API throttles
                 ],
                 "max_requests": 10000,
                 "per": 60,

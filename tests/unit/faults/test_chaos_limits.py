@@ -139,3 +139,17 @@ def test_window_limit_syntax() -> None:
         with pytest.raises(FaultPlanError) as info:
             FaultPlan.from_dict({"limits": [limit]})
         assert info.value.path == path and fragment in str(info.value), str(info.value)
+
+
+def test_the_profiles_throttlers_cover_the_routes_the_services_own_cover() -> None:
+    """Each throttler of ``daytona-tier1`` limits the gate routes that the Daytona service's own throttler of that
+    name limits (the 501 of a route not served included), so a fault plan and ``--daytona-tier 1`` agree."""
+    from emulator.daytona.config import AUTHENTICATED
+    from emulator.daytona.service import CONTROL_ROUTES, ROUTE_NOT_EMULATED
+
+    served: dict[str, set[str]] = {AUTHENTICATED: {ROUTE_NOT_EMULATED}}
+    for _method, _path, route, throttlers in CONTROL_ROUTES:
+        for name in throttlers:
+            served.setdefault(name, set()).add(route)
+    profile = {limit.name: set(limit.route.split("|")) for limit in load_plan("daytona-tier1").limits}
+    assert profile == served
