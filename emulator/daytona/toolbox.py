@@ -20,6 +20,7 @@ from emulator.executor import ExecutionRequest, ExecutionResult, Executor, Outpu
 
 from .config import OUTPUT_LIMIT
 from .errors import ApiError, StartFailed
+from .files import go_errno_text
 from .go_decode import GoDecodeError, bind_json
 from .go_fields import INVALID_BODY, INVALID_BODY_CODE, envs_field, string_field, type_error, uint32_field
 from .go_json import go_string
@@ -162,8 +163,7 @@ def chdir_refusal(directory: str) -> str | None:
     try:
         mode = os.stat(directory).st_mode
     except OSError as error:
-        text = os.strerror(error.errno) if error.errno else str(error)
-        return text[:1].lower() + text[1:]
+        return go_errno_text(error)
     return None if stat.S_ISDIR(mode) else "not a directory"
 
 

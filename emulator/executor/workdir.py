@@ -38,6 +38,19 @@ def _real_root(root: str) -> str:
     return real
 
 
+def resolve_in(real: str, rel: str, *, planned: bool = False) -> str:
+    """The path ``rel`` names inside the dir whose real path is ``real``; ValueError for a path that is not relative
+    or would escape the dir. A ``planned`` dir holds nothing yet, so no link can redirect a path: normalising is what
+    ``realpath`` would do there, without its lstat of each component."""
+    if not rel or os.path.isabs(rel) or "\0" in rel:
+        raise ValueError(f"invalid relative path: {rel!r}")
+    joined = os.path.join(real, rel)
+    target = os.path.normpath(joined) if planned else os.path.realpath(joined)
+    if target == real or not target.startswith(real + os.sep):
+        raise ValueError(f"path escapes the work dir: {rel!r}")
+    return target
+
+
 #: The most bytes of fetched files one run returns (the zygote's own bound, ``zygote_main._FETCH_LIMIT``).
 FETCH_LIMIT = 1 << 30
 
@@ -51,9 +64,13 @@ def planned_fetch(setup: WorkdirSetup) -> dict[str, bytes]:
     fetched: dict[str, bytes] = {}
     room = FETCH_LIMIT
     for rel in setup.fetch:
-        if rel in fetched or not rel or os.path.isabs(rel) or "\0" in rel:
+        if rel in fetched:
             continue
-        data = contents.get(os.path.normpath(os.path.join(real, rel)))  # nothing in the dir is a link yet
+        try:
+            target = resolve_in(real, rel, planned=True)  # nothing in the dir is a link yet
+        except ValueError:
+            continue
+        data = contents.get(target)
         if data is not None and len(data) <= room:
             room -= len(data)
             fetched[rel] = data
@@ -96,12 +113,7 @@ class Workdir:
 
     def _resolve(self, rel: str) -> str:
         """Map a relative path into the dir; reject anything that would escape it."""
-        if not rel or os.path.isabs(rel) or "\0" in rel:
-            raise ValueError(f"invalid relative path: {rel!r}")
-        target = os.path.realpath(os.path.join(self._real, rel))
-        if target == self._real or not target.startswith(self._real + os.sep):
-            raise ValueError(f"path escapes the work dir: {rel!r}")
-        return target
+        return resolve_in(self._real, rel)
 
     def new_script(self, suffix: str = ".py") -> str:
         """Create an empty ``tmpXXXXXXXX<suffix>`` file in the dir and return its path."""
@@ -220,17 +232,7 @@ class DeferredWorkdir:
 
     def _resolve(self, rel: str) -> str:
         """Workdir._resolve on the planned (not yet existing) dir: same checks, same errors."""
-        if not rel or os.path.isabs(rel) or "\0" in rel:
-            raise ValueError(f"invalid relative path: {rel!r}")
-        if self._workdir is None:
-            # Nothing exists inside the planned dir yet, so no symlink can redirect a path: normalising is what
-            # realpath would do, without its per-component lstat calls.
-            target = os.path.normpath(os.path.join(self._real, rel))
-        else:
-            target = os.path.realpath(os.path.join(self._real, rel))
-        if target == self._real or not target.startswith(self._real + os.sep):
-            raise ValueError(f"path escapes the work dir: {rel!r}")
-        return target
+        return resolve_in(self._real, rel, planned=self._workdir is None)
 
     def _simple(self, target: str) -> bool:
         """Whether writing ``target`` cannot fail because of the layout (then it is deferred)."""
