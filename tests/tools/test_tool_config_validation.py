@@ -239,8 +239,8 @@ def test_sandbox_fusion_bad_model_timeout_falls_back_to_the_default(sandbox_emul
     assert len(runs) == len(calls)
 
 
-def test_sandbox_fusion_sends_the_default_not_nan(sandbox_emulator: EmulatorServer, monkeypatch: Any) -> None:
-    tool = make_sandbox_fusion(sandbox_emulator.run_code_url, default_timeout=7)
+def _timeouts_sent(tool: SandboxFusionTool, monkeypatch: Any) -> list[float]:
+    """The timeout of each request ``tool`` sends from now on (filled as it sends them)."""
     sent: list[float] = []
     original = tool._call_once
 
@@ -249,6 +249,12 @@ def test_sandbox_fusion_sends_the_default_not_nan(sandbox_emulator: EmulatorServ
         return await original(code, timeout, language)
 
     monkeypatch.setattr(tool, "_call_once", spy)
+    return sent
+
+
+def test_sandbox_fusion_sends_the_default_not_nan(sandbox_emulator: EmulatorServer, monkeypatch: Any) -> None:
+    tool = make_sandbox_fusion(sandbox_emulator.run_code_url, default_timeout=7)
+    sent = _timeouts_sent(tool, monkeypatch)
     _sandbox_fusion_calls(tool, [{"code": "print(1)", "timeout": "nan"}, {"code": "print(1)", "timeout": "2.5"}])
     assert sent == [7.0, 2.5]
 
@@ -258,14 +264,7 @@ def test_sandbox_fusion_caps_the_models_timeout_at_max_timeout(
 ) -> None:
     """A model asking for an hour gets ``max_timeout``: one endless program must not hold its rollout that long."""
     tool = make_sandbox_fusion(sandbox_emulator.run_code_url, default_timeout=7, max_timeout=20)
-    sent: list[float] = []
-    original = tool._call_once
-
-    async def spy(code: str, timeout: float, language: str) -> Any:
-        sent.append(timeout)
-        return await original(code, timeout, language)
-
-    monkeypatch.setattr(tool, "_call_once", spy)
+    sent = _timeouts_sent(tool, monkeypatch)
     calls = [{"code": "print(1)", "timeout": t} for t in (3600, "12", None)] + [{"code": "print(1)"}]
     _sandbox_fusion_calls(tool, calls)
     assert sent == [20.0, 12.0, 7.0, 7.0]
