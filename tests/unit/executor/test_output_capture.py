@@ -17,7 +17,7 @@ from emulator.executor import (
     OutputCapture,
 )
 
-from .conftest import Runner
+from .conftest import Runner, dead
 
 #: Read to the end, a small bound kept (so a test need not write megabytes to pass it).
 DRAIN = OutputCapture(keep=1000, absorb=None)
@@ -184,17 +184,4 @@ def test_until_closed_a_process_that_holds_no_pipe_does_not_hold_the_run(runner:
     got = _run(runner, code, UNTIL_CLOSED, timeout=30)
     assert (got.status, got.return_code) == ("Finished", 0), got.stderr
     assert time.monotonic() - start < 10
-    pid = int(got.stdout or "0")
-    deadline = time.monotonic() + 10
-    while not _gone(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _gone(pid)
-
-
-def _gone(pid: int) -> bool:
-    """Whether ``pid`` is no process, or a zombie (killed, not yet reaped by its new parent)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except OSError:
-        return True
+    assert dead(int(got.stdout or "0"))
