@@ -201,6 +201,7 @@ class PoolStats:
     orphans_deleted: int = 0  # made by a creation whose answer was lost, found by label and deleted
     throttled: int = 0  # runs refused with a 429: retried after the wait asked for, on a sandbox kept in service
     gave_up: int = 0  # completions scored -1 because every run failed outside the program
+    create_waits: int = 0  # refused creations whose next try waited the Retry-After the refusal named
 
 
 def whole_seconds(timeout: float) -> int:
@@ -231,6 +232,7 @@ class DaytonaPool:
     is deleted and replaced by a new one. A completion whose run failed outside the program is retried on another
     sandbox, up to ``exec_attempts`` runs in all; a program timeout is not retried (it scores -1). A 429 is the
     service throttling, not a broken sandbox: the sandbox is kept and the retry waits the ``Retry-After`` first.
+    A refused creation that names a wait (Daytona's ``Retry-After-sandbox-create``) is tried again after it.
 
     Each completion runs in a fresh interpreter context, deleted afterwards: the default context keeps the
     interpreter's state between runs (builtins, ``sys.modules``), so a completion could otherwise borrow what an
@@ -324,7 +326,7 @@ class DaytonaPool:
         """A new sandbox, trying ``create_attempts`` times; None when every try failed."""
         from daytona import CreateSandboxFromSnapshotParams, DaytonaError
 
-        for _ in range(self.create_attempts):
+        for attempt in range(self.create_attempts):
             try:
                 box = await self._daytona.create(
                     CreateSandboxFromSnapshotParams(labels=dict(self.labels)), timeout=self.create_timeout
@@ -332,6 +334,12 @@ class DaytonaPool:
             except (DaytonaError, OSError, asyncio.TimeoutError) as exc:
                 self.stats.create_failures += 1
                 self._create_error = f"{type(exc).__name__}: {exc}"[:300]
+                # A 429 from the create throttler (or a 503) names its wait: the next try waits it out (at most
+                # MAX_RETRY_AFTER) rather than spend itself on a window that is still closed.
+                wait = retry_after(getattr(exc, "headers", None)) if isinstance(exc, DaytonaError) else None
+                if wait and attempt + 1 < self.create_attempts:
+                    self.stats.create_waits += 1
+                    await asyncio.sleep(wait)
                 continue
             self._live[box.id] = box
             self.stats.created += 1

@@ -120,7 +120,8 @@ def test_the_embedded_emulator_does_not_throttle_creations_unless_a_plan_says_so
     assert any(limit.name == "sandbox-create" and limit.max_requests == 300 for limit in limited)
 
 
-#: At most two sandbox creations a minute: a pool of 3 falls short by one, whatever the tries.
+#: At most two sandbox creations a minute, refused with no wait named: a pool of 3 falls short by one, whatever the
+#: tries.
 SHORT = {
     "limits": [
         {
@@ -128,7 +129,7 @@ SHORT = {
             "route": "daytona.sandbox.create",
             "max_requests": 2,
             "per": 60,
-            "headers_style": "daytona",
+            "headers_style": "none",
         }
     ]
 }

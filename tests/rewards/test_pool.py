@@ -137,9 +137,9 @@ def test_a_pool_that_cannot_be_created_is_a_clear_error(daytona_config: Any, san
     assert "(last error: Daytona" in str(raised.value)  # the SDK's error for the 503, said with it
 
 
-#: At most two creations a minute, as a throttler would allow: the third sandbox of the pool is refused every try.
+#: At most two creations a minute, refused with no wait named: the third sandbox of the pool is refused every try.
 @pytest.mark.faults(
-    {"limits": [{"name": "sandbox-create", "route": CREATE, "max_requests": 2, "per": 60, "headers_style": "daytona"}]}
+    {"limits": [{"name": "sandbox-create", "route": CREATE, "max_requests": 2, "per": 60, "headers_style": "none"}]}
 )
 def test_a_pool_that_falls_short_counts_the_sandboxes_it_could_not_create(
     daytona_config: Any, sandbox_emulator: EmulatorServer
@@ -150,6 +150,23 @@ def test_a_pool_that_falls_short_counts_the_sandboxes_it_could_not_create(
         assert (pool.stats.created, pool.stats.not_created, pool.stats.create_failures) == (2, 1, 3)
         assert "Too Many Requests" in pool.last_create_error
         assert reward(["p"] * 2, [GOOD] * 2) == [1.0] * 2  # it runs with the two it has
+    assert sandbox_emulator.emulator.daytona_report().leaked == []
+
+
+#: The first creation is refused by a throttler that names a one-second wait, as Daytona's does
+#: (``Retry-After-sandbox-create``).
+@pytest.mark.faults({"rules": [{"route": CREATE, "requests": "1", "fault": {"status": 429, "retry_after": 1}}]})
+def test_a_refused_creation_waits_the_retry_after_before_its_next_try(
+    daytona_config: Any, sandbox_emulator: EmulatorServer, emulator_journal: Journal
+) -> None:
+    with _pool_reward(daytona_config, size=1) as reward:
+        pool = reward.backend
+        assert isinstance(pool, DaytonaPool)
+        assert (pool.stats.created, pool.stats.create_failures, pool.stats.create_waits) == (1, 1, 1)
+    refused, made = emulator_journal.entries(CREATE)
+    assert (refused.status, made.status) == (429, 200)
+    assert refused.finished is not None
+    assert made.started - refused.finished >= 1.0  # it waited as asked (it used to try again at once)
     assert sandbox_emulator.emulator.daytona_report().leaked == []
 
 
