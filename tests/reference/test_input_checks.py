@@ -313,17 +313,24 @@ def test_a_partial_daytona_record_deletes_its_sandbox(tmp_path: Path) -> None:
         assert SUITE_SANDBOX not in _live_names(server)
 
 
-def test_an_interrupted_daytona_run_deletes_its_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
+def _interrupt_at(monkeypatch: pytest.MonkeyPatch, case_id: str) -> None:
+    """Make the reference suite's case ``case_id`` raise KeyboardInterrupt, as Ctrl-C during it would."""
     from harness.reference import suite
 
     real = suite.run_case
 
     def interrupted(client: object, target: suite.Target, case: suite.Case, saved: dict[str, str]) -> suite.Answer:
-        if case.id == "code_run":
+        if case.id == case_id:
             raise KeyboardInterrupt
         return real(client, target, case, saved)  # type: ignore[arg-type]
 
     monkeypatch.setattr(suite, "run_case", interrupted)
+
+
+def test_an_interrupted_daytona_run_deletes_its_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.reference import suite
+
+    _interrupt_at(monkeypatch, "code_run")
     with EmulatorServer() as server:
         target = suite.Target("daytona", server.url + "/api", server.emulator.config.daytona.api_key)
         with pytest.raises(KeyboardInterrupt):
@@ -382,16 +389,7 @@ def test_an_interrupted_record_says_the_answers_were_dropped(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from harness.reference import suite
-
-    real = suite.run_case
-
-    def interrupted(client: object, target: suite.Target, case: suite.Case, saved: dict[str, str]) -> suite.Answer:
-        if case.id == "03_exception":
-            raise KeyboardInterrupt
-        return real(client, target, case, saved)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(suite, "run_case", interrupted)
+    _interrupt_at(monkeypatch, "03_exception")
     before = _good_snapshot(tmp_path, "sandbox-fusion")
     assert main(["record", "--target", reference_emulator.url, "--out", str(tmp_path)]) == 130
     err = capsys.readouterr().err
