@@ -118,7 +118,7 @@ class Zygote:
         return len(self._pending)
 
     async def start(self) -> None:
-        """Launch the zygote and wait until it has pre-imported and is serving."""
+        """Launch the zygote and wait until it is serving."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._proc = self._launch(theirs.fileno())

@@ -108,9 +108,12 @@ ABSORB = 448 * 1024
 # A request's ``absorb`` of null: read to the end (more than any stream holds).
 _ABSORB_ALL = sys.maxsize
 
-# Cheap, side-effect-free stdlib modules imported once here so forked children get them
-# for free.  Nothing that starts threads, registers atexit handlers or reads the env at
-# import time belongs here (and never third-party packages such as numpy).
+# Cheap, side-effect-free stdlib modules that a fast-path child finds imported: each is imported here the first time a
+# program names it (see _note_imports), not at start-up, because every module held here costs every child whether it
+# uses it or not (its memory's page tables are copied by each fork and torn down by each exit: all of these together
+# cost print(2 + 2) about 0.2 ms of its 2 ms of CPU at concurrency 128), while a program that imports one pays its
+# import only until the warm interpreter holds it. Nothing that starts threads, registers atexit handlers or reads
+# the env at import time belongs here (and never third-party packages such as numpy).
 _PREIMPORT = (
     "collections",
     "functools",
@@ -1019,6 +1022,8 @@ def _build_main(req: dict[str, Any], source: bytes | None) -> _Main:
         main.job = _Job(namespace, None, None, argv0)
     else:
         code, error = _compile(source, path)
+        if code is not None and _PENDING:
+            _note_imports(code)
         main.job = _Job(namespace, code, error, argv0)
         if on_stdin:
             main.job.source = source  # no file to read it again from, should the child compile it itself
@@ -1945,6 +1950,8 @@ def _handle_socket() -> _Job | None:
     a child returns through it is held elsewhere too (``_HELD``), so that the return frees nothing.
     """
     batch = _read_batch()
+    if _WANTED:
+        _import_wanted()
     spawns = [one for _req, one in batch if one is not None]
     if spawns and len(spawns) + len(_State.children) <= _DONE_LOAD:
         for one in spawns:
@@ -2297,21 +2304,22 @@ def _finish(exc: BaseException | None, job: _Job) -> NoReturn:
     os._exit(code)
 
 
-def _preimport() -> None:
-    """Import _PREIMPORT, with ``random``'s after-fork reseed swapped for a cheaper call of the same C seeding.
+def _import_for_programs(names: list[str]) -> None:
+    """Import ``names`` (for the children to find imported), with ``random``'s after-fork reseed swapped for a cheaper
+    call of the same C seeding.
 
     ``random`` registers ``_inst.seed`` to run in every forked child. That Python-level method touches about 30 pages
     that each child then copies (about 0.1 ms); a fast-path child calls the C ``seed`` itself instead (``_RESEED``, in
     ``_child``), which is what the method does for a seed of None (``gauss_next`` is None here already). A child that
-    execs does not reseed at all.
+    execs does not reseed at all. (``random`` comes in by a name of its own or through another, ``statistics``.)
     """
     real = os.register_at_fork
     held: list[dict[str, Any]] = []
     os.register_at_fork = lambda **hooks: held.append(hooks)
     try:
-        import random  # noqa: F401  (its hook, registered now, is what we look at)
-    except ImportError:
-        pass
+        for name in names:
+            with contextlib.suppress(Exception):  # not there, or failing: the child's own import will say so
+                __import__(name)
     finally:
         os.register_at_fork = real
     inst: Any = getattr(sys.modules.get("random"), "_inst", None)
@@ -2321,10 +2329,52 @@ def _preimport() -> None:
             _RESEED.append((c_seed.seed, inst))
         else:
             real(**hooks)
-    for name in _PREIMPORT:
-        with contextlib.suppress(ImportError):
-            __import__(name)
 
+
+def _note_imports(code: types.CodeType) -> None:
+    """Add to _WANTED the modules of _PENDING that ``code``, or a function or class in it, names.
+
+    An import statement's module is among its code's names (``import a.b`` names ``a.b``, ``from a import b``
+    names ``a``); so is an attribute such as ``x.random``, which only imports a module a child did not need."""
+    stack = [code]
+    while stack:
+        one = stack.pop()
+        for name in one.co_names:
+            if name in _PENDING:
+                _WANTED.add(name)
+            elif "." in name and name.partition(".")[0] in _PENDING:
+                _WANTED.add(name.partition(".")[0])
+        stack.extend(const for const in one.co_consts if type(const) is types.CodeType)
+
+
+def _import_wanted() -> None:
+    """Import the modules programs named (see _note_imports), before the forks of the batch that named them.
+
+    In our own state, not the last child's: its ``sys.path`` starts with its script's directory (a program's own
+    ``random.py`` would be imported here, for every later child) and its environment is the program's (``hashlib``
+    loads OpenSSL, which reads ``OPENSSL_CONF``)."""
+    names = sorted(_WANTED)
+    _WANTED.clear()
+    sys.path = list(_BASE_PATH)
+    own = _OWN_ENVIRON[0]
+    if own is not None:
+        _ENVIRON.value = own.address
+        _CURRENT_ENVIRON[0] = own
+        if _SWAP_OS_ENVIRON:
+            os.environ._data = own.data  # type: ignore[attr-defined]
+    _import_for_programs(names)
+    # A module that is not there (or failed) is not tried again; a module imported along is not wanted any more.
+    _PENDING.difference_update([name for name in _PENDING if name in sys.modules or name in names])
+    # The pages a run writes have moved: sample the next batch again.
+    _LESSONS[0] = None
+    _LEARN_AT[0] = _State.forks
+
+
+#: The modules of _PREIMPORT not imported yet, and those of them that programs parsed since our last fork named.
+_PENDING: set[str] = set()
+_WANTED: set[str] = set()
+#: Our own environment (see _import_wanted), kept from start-up.
+_OWN_ENVIRON: list[_Environ | None] = [None]
 
 #: (C seed function, random's shared instance): a fast-path child reseeds it from the OS, as a fresh import would.
 _RESEED: list[tuple[Any, Any]] = []
@@ -2467,7 +2517,8 @@ def _main(our_depth: int) -> None:
         _State.sweep_root = private_tmp
     if os.geteuid() == 0:
         _drop_process_privileges()
-    _preimport()
+    _OWN_ENVIRON[0] = _Environ(dict(os.environ))
+    _PENDING.update(name for name in _PREIMPORT if name not in sys.modules)
     gc.collect()
     if hasattr(gc, "freeze"):
         gc.freeze()
