@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import sys
 
-import zygote_main as _zygote  # type: ignore[import-not-found]  # sys.path[0] is our dir; the zygote drops it
+_fresh = frozenset(sys.modules)  # what a fresh ``python <script>`` holds before its first line
+
+import zygote_main as _zygote  # type: ignore[import-not-found]  # noqa: E402  # sys.path[0] is our dir; the zygote drops it
 
 del sys.modules["zygote_main"]  # not among the modules a program finds imported
+_zygote._FRESH_MODULES = _fresh
+del _fresh
 _calibration: dict[str, int] = {}
 exec(compile(_zygote._CALIBRATE_SRC, "<calibrate>", "exec"), _calibration)
 _zygote._main(int(_calibration.pop("depth")))

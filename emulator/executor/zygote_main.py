@@ -460,6 +460,8 @@ class _Job:
         self.argv0 = argv0
         self.load = code is None and error is None  # the child reads and compiles the file
         self.source: bytes | None = None  # a program read from stdin: what the child compiles, with no file
+        # Its own modules beside it (request files) named as modules we may hold: the child forgets ours (see _unshadow)
+        self.shadows: tuple[str, ...] = ()
         self.gc_counts = (0, 0)  # gc.get_count()[1:] at the fork
         self.done: mmap.mmap | None = None  # the page shared with the zygote only (see _done_early)
         self.learn: list[tuple[int, int]] | None = None  # sampled: the regions to scan (see _learn)
@@ -949,6 +951,8 @@ def _child(plan: _Plan, zygote_pid: int, job: _Job | None) -> _Job | None:
         os.close(status_w)
     except BaseException as exc:
         _child_fail(exc)
+    if job is not None and job.shadows:
+        _unshadow(job.shadows)
     if job is not None and job.load:
         _child_load(job)
     return job
@@ -989,13 +993,15 @@ class _Environ:
 _CURRENT_ENVIRON: list[_Environ | None] = [None]
 
 
-def _build_main(req: dict[str, Any], source: bytes | None) -> _Main:
+def _build_main(req: dict[str, Any], source: bytes | None, own: frozenset[str] = frozenset()) -> _Main:
     """Everything :func:`_fork_run` installs for one fast-path child, built without touching the interpreter's
     state (so a whole batch is built before its first fork).
 
     ``program_on_stdin``: the child looks like ``python [-u] -`` reading ``source`` from its stdin (``<stdin>`` in
     tracebacks, ``sys.argv == ['-']``, the current directory first on ``sys.path``), and its own stdin is empty, as
-    the real one's is once the interpreter has read the program to its end."""
+    the real one's is once the interpreter has read the program to its end.
+
+    ``own``: the names of the modules the request's files put first on the program's ``sys.path``."""
     on_stdin = bool(req.get("program_on_stdin"))
     path: str = "<stdin>" if on_stdin else req["script"]
     main = _Main()
@@ -1023,8 +1029,10 @@ def _build_main(req: dict[str, Any], source: bytes | None) -> _Main:
     else:
         code, error = _compile(source, path)
         if code is not None and _PENDING:
-            _note_imports(code)
+            _note_imports(code, own)
         main.job = _Job(namespace, code, error, argv0)
+    if own:
+        main.job.shadows = tuple(own)
         if on_stdin:
             main.job.source = source  # no file to read it again from, should the child compile it itself
     return main
@@ -1108,7 +1116,8 @@ def _prepare(req: dict[str, Any], blobs: list[bytes]) -> _Prepared:
     main = None
     if req["mode"] == "python":
         source_index = req.get("source")
-        main = _build_main(req, None if source_index is None else blobs[source_index])
+        own = _own_modules(req, plan.workdir[1]) if plan.workdir is not None else frozenset()
+        main = _build_main(req, None if source_index is None else blobs[source_index], own)
     stdin_index = req.get("stdin")
     prepared = _Prepared(req["id"], plan, main, b"" if stdin_index is None else blobs[stdin_index])
     prepared.hold = bool(req.get("hold"))
@@ -2331,7 +2340,7 @@ def _import_for_programs(names: list[str]) -> None:
             real(**hooks)
 
 
-def _note_imports(code: types.CodeType) -> None:
+def _note_imports(code: types.CodeType, own: frozenset[str] = frozenset()) -> None:
     """Add to _WANTED the modules of _PENDING that ``code``, or a function or class in it, names.
 
     An import statement's module is among its code's names (``import a.b`` names ``a.b``, ``from a import b``
@@ -2340,11 +2349,46 @@ def _note_imports(code: types.CodeType) -> None:
     while stack:
         one = stack.pop()
         for name in one.co_names:
-            if name in _PENDING:
-                _WANTED.add(name)
-            elif "." in name and name.partition(".")[0] in _PENDING:
-                _WANTED.add(name.partition(".")[0])
+            top = name.partition(".")[0]
+            if top in _PENDING and top not in own:
+                _WANTED.add(top)
         stack.extend(const for const in one.co_consts if type(const) is types.CodeType)
+
+
+def _own_modules(req: dict[str, Any], files: list[tuple[str, bytes, bool]]) -> frozenset[str]:
+    """The top-level modules that a request's files make importable from its program's directory (``x.py``,
+    ``x.pyc``, an extension ``x.*.so``, a package ``x/__init__.py``), less those a fresh interpreter holds anyway."""
+    import importlib.machinery
+
+    home = req["cwd"] if req.get("program_on_stdin") else os.path.dirname(req["script"])
+    suffixes = importlib.machinery.all_suffixes()
+    names: set[str] = set()
+    for target, _data, _exclusive in files:
+        parent, _, base = target.rpartition("/")
+        if parent != home:
+            parent, _, package = parent.rpartition("/")
+            if parent != home or not base.startswith("__init__."):
+                continue
+            base = package + ".py"
+        for suffix in suffixes:
+            if base.endswith(suffix) and len(base) > len(suffix):
+                names.add(base[: -len(suffix)])
+                break
+    fresh = _FRESH_MODULES
+    if fresh is None:
+        return frozenset()
+    return frozenset(name for name in names if name not in fresh and "." not in name)
+
+
+def _unshadow(names: tuple[str, ...]) -> None:
+    """In the child: forget the modules we hold under the names of the program's own (a ``random.py`` beside it is
+    what its ``import random`` finds, as in a fresh interpreter). Modules of ours that imported ours keep theirs."""
+    modules = sys.modules
+    for name in names:
+        if name in modules:
+            prefix = name + "."
+            for key in [key for key in modules if key == name or key.startswith(prefix)]:
+                del modules[key]
 
 
 def _import_wanted() -> None:
@@ -2370,6 +2414,10 @@ def _import_wanted() -> None:
     _LEARN_AT[0] = _State.forks
 
 
+#: What a fresh ``python <script>`` holds imported before its first line (site's imports), set by zygote_boot: a
+#: program's own module of one of these names is not what its import finds in a fresh interpreter either. Unknown
+#: (None): no program's module is preferred to ours.
+_FRESH_MODULES: frozenset[str] | None = None
 #: The modules of _PREIMPORT not imported yet, and those of them that programs parsed since our last fork named.
 _PENDING: set[str] = set()
 _WANTED: set[str] = set()
