@@ -651,7 +651,7 @@ class Executor:
                     msg["source"] = len(blobs)  # the zygote compiles it before the fork
                 files.append((target, len(blobs), exclusive))
                 blobs.append(data)
-            msg["dir"] = {"path": setup.path, "files": files, "fetch": list(setup.fetch)}
+            msg["dir"] = {"path": setup.path, "files": files, "fetch": list(setup.fetch), "real": setup.real_path}
             script = request.python_script
             if fast and script is not None and setup.real_path and os.path.dirname(script) == setup.path:
                 msg["script_dir"] = setup.real_path

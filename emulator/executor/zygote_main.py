@@ -1031,10 +1031,10 @@ def _build_main(req: dict[str, Any], source: bytes | None, own: frozenset[str] =
         if code is not None and _PENDING:
             _note_imports(code, own)
         main.job = _Job(namespace, code, error, argv0)
-    if own:
-        main.job.shadows = tuple(own)
         if on_stdin:
             main.job.source = source  # no file to read it again from, should the child compile it itself
+    if own:
+        main.job.shadows = tuple(own)
     return main
 
 
@@ -2341,43 +2341,84 @@ def _import_for_programs(names: list[str]) -> None:
 
 
 def _note_imports(code: types.CodeType, own: frozenset[str] = frozenset()) -> None:
-    """Add to _WANTED the modules of _PENDING that ``code``, or a function or class in it, names.
+    """Add to _WANTED the modules of _PENDING that an import statement of ``code``, or of a function or class in it,
+    names (``import a.b`` names ``a.b``, so ``a`` too; ``from a import b`` names ``a``), less the program's ``own``.
 
-    An import statement's module is among its code's names (``import a.b`` names ``a.b``, ``from a import b``
-    names ``a``); so is an attribute such as ``x.random``, which only imports a module a child did not need."""
+    Read from the bytecode's ``IMPORT_NAME`` instructions (two bytes each, any ``EXTENDED_ARG`` before): the names
+    alone would count attributes too (``d.copy()``, ``np.random``)."""
+    op = _IMPORT_NAME
+    if op is None:
+        return
     stack = [code]
     while stack:
         one = stack.pop()
-        for name in one.co_names:
-            top = name.partition(".")[0]
-            if top in _PENDING and top not in own:
-                _WANTED.add(top)
+        raw = one.co_code
+        names = one.co_names
+        at = raw.find(op)
+        while at >= 0:
+            if not at & 1:
+                arg = raw[at + 1]
+                shift = 8
+                back = at - 2
+                while back >= 0 and raw[back] == _EXTENDED_ARG:
+                    arg |= raw[back + 1] << shift
+                    shift += 8
+                    back -= 2
+                if arg < len(names):
+                    name = names[arg]
+                    top = name.partition(".")[0]
+                    for candidate in (name, top):
+                        if candidate in _PENDING and top not in own:
+                            _WANTED.add(candidate)
+            at = raw.find(op, at + 1)
         stack.extend(const for const in one.co_consts if type(const) is types.CodeType)
+
+
+def _import_opcodes() -> tuple[bytes | None, int]:
+    """This interpreter's ``IMPORT_NAME`` opcode (as a byte to find; None: unknown, nothing is noted) and
+    ``EXTENDED_ARG``."""
+    import opcode
+
+    number = opcode.opmap.get("IMPORT_NAME")
+    return (None if number is None else bytes([number])), opcode.EXTENDED_ARG
+
+
+_IMPORT_NAME, _EXTENDED_ARG = _import_opcodes()
 
 
 def _own_modules(req: dict[str, Any], files: list[tuple[str, bytes, bool]]) -> frozenset[str]:
     """The top-level modules that a request's files make importable from its program's directory (``x.py``,
-    ``x.pyc``, an extension ``x.*.so``, a package ``x/__init__.py``), less those a fresh interpreter holds anyway."""
-    import importlib.machinery
+    ``x.pyc``, an extension ``x.*.so``, a package ``x/__init__.py``), less those a fresh interpreter holds anyway
+    (and the built-in ones, found before any file).
 
-    home = req["cwd"] if req.get("program_on_stdin") else os.path.dirname(req["script"])
-    suffixes = importlib.machinery.all_suffixes()
-    names: set[str] = set()
-    for target, _data, _exclusive in files:
-        parent, _, base = target.rpartition("/")
-        if parent != home:
-            parent, _, package = parent.rpartition("/")
-            if parent != home or not base.startswith("__init__."):
-                continue
-            base = package + ".py"
-        for suffix in suffixes:
-            if base.endswith(suffix) and len(base) > len(suffix):
-                names.add(base[: -len(suffix)])
-                break
+    The files' paths are real ones (the work dir's path resolved): so is the directory they are compared with."""
     fresh = _FRESH_MODULES
     if fresh is None:
         return frozenset()
-    return frozenset(name for name in names if name not in fresh and "." not in name)
+    import importlib.machinery
+
+    workdir = req["dir"]
+    on_stdin = req.get("program_on_stdin")
+    home = req["cwd"] if on_stdin else req.get("script_dir") or os.path.dirname(req["script"])
+    if home == workdir["path"]:
+        home = workdir.get("real") or home
+    suffixes = importlib.machinery.all_suffixes()
+    inits = {"__init__" + suffix for suffix in suffixes}
+    names: set[str] = set()
+    for target, _data, _exclusive in files:
+        parent, _, base = target.rpartition("/")
+        if parent == home:
+            for suffix in suffixes:
+                if base.endswith(suffix) and len(base) > len(suffix):
+                    names.add(base[: -len(suffix)])
+                    break
+        elif base in inits:
+            above, _, package = parent.rpartition("/")
+            if above == home:
+                names.add(package)
+    return frozenset(
+        name for name in names if name not in fresh and name not in sys.builtin_module_names and "." not in name
+    )
 
 
 def _unshadow(names: tuple[str, ...]) -> None:
@@ -2409,6 +2450,7 @@ def _import_wanted() -> None:
     _import_for_programs(names)
     # A module that is not there (or failed) is not tried again; a module imported along is not wanted any more.
     _PENDING.difference_update([name for name in _PENDING if name in sys.modules or name in names])
+    gc.collect()  # the import's cycles, before the next fork run's freeze keeps them for good
     # The pages a run writes have moved: sample the next batch again.
     _LESSONS[0] = None
     _LEARN_AT[0] = _State.forks

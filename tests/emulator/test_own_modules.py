@@ -42,3 +42,15 @@ def test_a_module_name_of_a_fresh_interpreter_is_not_forgotten(sandbox_fusion_ur
     ``import os`` finds there either."""
     body = _run(sandbox_fusion_url, "import os\nprint(hasattr(os, 'getpid'))", files={"os.py": _b64("X = 1\n")})
     assert body["run_result"]["stdout"] == "True\n", body  # type: ignore[index]
+
+
+def test_a_directory_of_a_held_modules_name_without_init_is_no_package_of_the_programs(sandbox_fusion_url: str) -> None:
+    """A real interpreter finds the stdlib's ``fractions`` before a namespace portion: the program gets the same module
+    that ``statistics`` holds, not a second copy of it."""
+    _run(sandbox_fusion_url, "import statistics, fractions")
+    body = _run(
+        sandbox_fusion_url,
+        "import statistics, fractions\nprint(statistics.Fraction is fractions.Fraction)\n",
+        files={"fractions/__init__.txt": _b64("not code\n")},
+    )
+    assert body["run_result"]["stdout"] == "True\n", body  # type: ignore[index]

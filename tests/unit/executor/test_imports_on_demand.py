@@ -116,3 +116,47 @@ def test_a_module_that_is_not_there_is_not_asked_for_again(fresh: Fresh) -> None
     result = fresh.run("try:\n    import no_such_module_here\nexcept ImportError as e:\n    print(e.name)\n")
     assert _ok(result) == "no_such_module_here\n"
     assert _ok(fresh.run("import sys\nprint('no_such_module_here' in sys.modules)\n")) == "False\n"
+
+
+def test_a_program_on_stdin_that_the_compiler_warns_about_still_runs(fresh: Fresh) -> None:
+    """The warm interpreter leaves such a program to the child to compile (so that the warning reaches its stderr),
+    which compiles the source it was given: there is no file to read it from."""
+    result = fresh.run("print(1 is 1)\n")
+    assert (result.status, result.return_code, result.stdout) == ("Finished", 0, "True\n"), result
+    assert result.stderr is not None and "SyntaxWarning" in result.stderr
+
+
+def test_an_attribute_or_a_variable_of_a_candidates_name_imports_nothing(fresh: Fresh) -> None:
+    """Only import statements count: ``d.copy()`` or a variable called ``random`` is no reason to hold a module."""
+    program = (
+        "random = [3, 1]\nd = {'a': 1}\nprint(d.copy(), sorted(random))\nclass N:\n    array = 1\nprint(N.array)\n"
+    )
+    assert _ok(fresh.run(program)) == "{'a': 1} [1, 3]\n1\n"
+    probe = "import sys\nprint([m for m in ('copy', 'random', 'array') if m in sys.modules])\n"
+    assert _ok(fresh.run(probe)) == "[]\n"
+
+
+def test_the_modules_of_a_requests_files_are_read_in_its_real_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The files' paths are real ones: a work dir under a symlinked temp root is compared by its real path too;
+    a directory without ``__init__`` is no package of the program's, a built-in module no file shadows."""
+    from emulator.executor import zygote_main as z
+
+    monkeypatch.setattr(z, "_FRESH_MODULES", frozenset({"sys", "os"}))
+    real = "/real/tmpabc"
+    files = [
+        (f"{real}/random.py", b"", False),
+        (f"{real}/fractions/__init__.py", b"", False),
+        (f"{real}/decimal/__init__.txt", b"", False),  # a namespace portion at most: the stdlib's decimal still wins
+        (f"{real}/os.py", b"", False),  # a fresh interpreter holds os already
+        (f"{real}/gc.py", b"", False),  # built in: found before any file
+        (f"{real}/data.tar.gz", b"", False),
+        (f"{real}/sub/json.py", b"", False),  # not on sys.path
+        (f"{real}/tmpmain.py", b"", True),
+    ]
+    workdir = {"path": "/link/tmpabc", "real": real, "files": [], "fetch": []}
+    script = {"script": "/link/tmpabc/tmpmain.py", "script_dir": real, "cwd": "/link/tmpabc", "dir": workdir}
+    assert z._own_modules(script, files) == {"random", "fractions", "tmpmain"}
+    on_stdin = {"program_on_stdin": True, "script": None, "cwd": "/link/tmpabc", "dir": workdir}
+    assert z._own_modules(on_stdin, files) == {"random", "fractions", "tmpmain"}
+    monkeypatch.setattr(z, "_FRESH_MODULES", None)
+    assert z._own_modules(script, files) == frozenset()  # unknown: no module of the program's is preferred
