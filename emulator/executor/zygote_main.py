@@ -61,7 +61,10 @@ import struct
 import time
 import types
 import warnings
-from typing import Any, NoReturn
+
+TYPE_CHECKING = False  # typing is not imported here: a module we hold costs every child (see _PREIMPORT)
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 #: Our two files: their frames are not the program's (see _print_exception).
 _SELF_FILES = frozenset({__file__, getattr(sys.modules["__main__"], "__file__", __file__)})
@@ -2346,7 +2349,9 @@ def _note_imports(code: types.CodeType, own: frozenset[str] = frozenset()) -> No
 
     Read from the bytecode's ``IMPORT_NAME`` instructions (two bytes each, any ``EXTENDED_ARG`` before): the names
     alone would count attributes too (``d.copy()``, ``np.random``)."""
-    op = _IMPORT_NAME
+    if not _IMPORT_NAME:
+        _IMPORT_NAME.extend(_import_opcodes())
+    op, extended_arg = _IMPORT_NAME
     if op is None:
         return
     stack = [code]
@@ -2360,7 +2365,7 @@ def _note_imports(code: types.CodeType, own: frozenset[str] = frozenset()) -> No
                 arg = raw[at + 1]
                 shift = 8
                 back = at - 2
-                while back >= 0 and raw[back] == _EXTENDED_ARG:
+                while back >= 0 and raw[back] == extended_arg:
                     arg |= raw[back + 1] << shift
                     shift += 8
                     back -= 2
@@ -2383,7 +2388,9 @@ def _import_opcodes() -> tuple[bytes | None, int]:
     return (None if number is None else bytes([number])), opcode.EXTENDED_ARG
 
 
-_IMPORT_NAME, _EXTENDED_ARG = _import_opcodes()
+#: [IMPORT_NAME as a byte, EXTENDED_ARG], found at the first program's import (the opcode module, which we hold
+#: from then on, is not imported before a program needs it).
+_IMPORT_NAME: list[Any] = []
 
 
 def _own_modules(req: dict[str, Any], files: list[tuple[str, bytes, bool]]) -> frozenset[str]:

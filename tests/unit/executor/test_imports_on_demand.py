@@ -160,3 +160,11 @@ def test_the_modules_of_a_requests_files_are_read_in_its_real_directory(monkeypa
     assert z._own_modules(on_stdin, files) == {"random", "fractions", "tmpmain"}
     monkeypatch.setattr(z, "_FRESH_MODULES", None)
     assert z._own_modules(script, files) == frozenset()  # unknown: no module of the program's is preferred
+
+
+def test_typing_too_is_held_only_once_a_program_imports_it(fresh: Fresh) -> None:
+    """The warm interpreter's own code does not import ``typing`` (its annotations are never evaluated)."""
+    probe = "import sys\nprint('typing' in sys.modules)\n"
+    assert _ok(fresh.run(probe)) == "False\n"
+    assert _ok(fresh.run("from typing import List\nx: List[int] = [1]\nprint(x)\n")) == "[1]\n"
+    assert _ok(fresh.run(probe)) == "True\n"
