@@ -36,6 +36,13 @@ def _pool_reward(config: Any, size: int = 4, timeout: float = 1.0) -> SandboxRew
     return SandboxReward(DaytonaPool(size, config), "sort_numbers", timeout=timeout)
 
 
+def _pool_of(reward: SandboxReward) -> DaytonaPool:
+    """The reward's backend, which these tests made a DaytonaPool."""
+    pool = reward.backend
+    assert isinstance(pool, DaytonaPool)
+    return pool
+
+
 #: Creation takes 0.3 s here, so creating the pool one sandbox after another would show at most one in flight.
 @pytest.mark.faults({"rules": [{"id": "slow-create", "route": "daytona.sandbox.create", "latency": 0.3}]})
 def test_every_completion_runs_once_in_a_pool_created_up_front(
@@ -44,8 +51,7 @@ def test_every_completion_runs_once_in_a_pool_created_up_front(
     completions = [GOOD] * 10 + ["def sort_numbers(nums):\n    return sorted(nums)\n"]  # the last is banned: not run
     with _pool_reward(daytona_config, size=4) as reward:
         assert reward(["p"] * len(completions), completions) == [1.0] * 10 + [-1.0]
-        pool = reward.backend
-        assert isinstance(pool, DaytonaPool)
+        pool = _pool_of(reward)
         assert pool.stats.executions == 10
     creates = emulator_journal.entries(CREATE)
     runs = emulator_journal.entries(EXECUTE)
@@ -88,8 +94,7 @@ def test_sandboxes_are_deleted_on_ctrl_c(
 def test_timed_out_sandbox_is_replaced(daytona_config: Any, sandbox_emulator: EmulatorServer) -> None:
     with _pool_reward(daytona_config, size=2) as reward:
         assert reward(["p"] * 2, [LOOP, GOOD]) == [-1.0, 1.0]
-        pool = reward.backend
-        assert isinstance(pool, DaytonaPool)
+        pool = _pool_of(reward)
         assert (pool.stats.timeouts, pool.stats.replaced, pool.stats.created) == (1, 1, 3)
         assert reward(["p"] * 2, [GOOD, GOOD]) == [1.0, 1.0]
     assert sandbox_emulator.emulator.daytona_report().leaked == []
@@ -109,8 +114,7 @@ def test_failed_creations_and_runs_are_retried_and_nothing_leaks(
 ) -> None:
     with _pool_reward(daytona_config, size=4) as reward:
         scores = reward(["p"] * 8, [GOOD] * 8)
-        pool = reward.backend
-        assert isinstance(pool, DaytonaPool)
+        pool = _pool_of(reward)
         stats = pool.stats
     assert scores == [1.0] * 8  # each failed run was retried on a replacement sandbox
     runs = emulator_journal.entries(EXECUTE)
@@ -145,8 +149,7 @@ def test_a_pool_that_falls_short_counts_the_sandboxes_it_could_not_create(
     daytona_config: Any, sandbox_emulator: EmulatorServer
 ) -> None:
     with _pool_reward(daytona_config, size=3) as reward:
-        pool = reward.backend
-        assert isinstance(pool, DaytonaPool)
+        pool = _pool_of(reward)
         assert (pool.stats.created, pool.stats.not_created, pool.stats.create_failures) == (2, 1, 3)
         assert "Too Many Requests" in pool.last_create_error
         assert reward(["p"] * 2, [GOOD] * 2) == [1.0] * 2  # it runs with the two it has
@@ -160,8 +163,7 @@ def test_a_refused_creation_waits_the_retry_after_before_its_next_try(
     daytona_config: Any, sandbox_emulator: EmulatorServer, emulator_journal: Journal
 ) -> None:
     with _pool_reward(daytona_config, size=1) as reward:
-        pool = reward.backend
-        assert isinstance(pool, DaytonaPool)
+        pool = _pool_of(reward)
         assert (pool.stats.created, pool.stats.create_failures, pool.stats.create_waits) == (1, 1, 1)
     refused, made = emulator_journal.entries(CREATE)
     assert (refused.status, made.status) == (429, 200)
@@ -182,8 +184,7 @@ def test_sandboxes_made_by_creations_whose_answer_was_lost_are_deleted(
     daytona_config: Any, sandbox_emulator: EmulatorServer, emulator_journal: Journal
 ) -> None:
     with _pool_reward(daytona_config, size=3) as reward:
-        pool = reward.backend
-        assert isinstance(pool, DaytonaPool)
+        pool = _pool_of(reward)
         assert pool.stats.create_failures == 2 and pool.stats.orphans_deleted == 2  # swept once the pool was up
         assert reward(["p"] * 3, [GOOD] * 3) == [1.0] * 3
     report = sandbox_emulator.emulator.daytona_report()
@@ -427,8 +428,7 @@ def test_a_throttled_run_waits_as_asked_and_keeps_its_sandbox(
     the same sandbox (replacing it would spend create quota against a throttled service)."""
     with _pool_reward(daytona_config, size=1) as reward:
         assert reward(["p"], [GOOD]) == [1.0]
-        pool = reward.backend
-        assert isinstance(pool, DaytonaPool)
+        pool = _pool_of(reward)
         assert (pool.stats.throttled, pool.stats.replaced, pool.stats.created) == (2, 0, 1)
     assert len(emulator_journal.entries(CREATE)) == 1
     judge = ChaosJudge.of(sandbox_emulator.emulator)

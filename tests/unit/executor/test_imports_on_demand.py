@@ -111,7 +111,7 @@ def test_the_import_looks_only_at_the_stdlib_not_at_the_last_programs_directory(
         fresh.close()
 
 
-def test_a_module_that_is_not_there_is_not_asked_for_again(fresh: Fresh) -> None:
+def test_a_name_off_the_list_is_never_imported_by_the_warm_interpreter(fresh: Fresh) -> None:
     """Names that are not candidates (here, third-party or made up) are never imported by the warm interpreter."""
     result = fresh.run("try:\n    import no_such_module_here\nexcept ImportError as e:\n    print(e.name)\n")
     assert _ok(result) == "no_such_module_here\n"
